@@ -1,0 +1,36 @@
+# Everything a fresh machine needs is installed by these targets (Python venv, and for the
+# e2e tests a Kubernetes control plane built from Go modules, cached under ~/.cache/swapwise).
+VENV ?= .venv
+PYTHON ?= python3
+BIN := $(VENV)/bin
+
+.PHONY: run test lint unit e2e control-plane demo bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+venv: $(BIN)/.installed
+
+## Run the webhook: built-in policy, development certificates generated under certs/.
+run: venv
+	$(BIN)/swapwise serve
+
+## The whole suite: lint, type check, unit/integration tests, e2e against a real control plane.
+test: venv lint control-plane
+	$(BIN)/pytest
+
+lint: venv
+	$(BIN)/ruff check webhook tests benchmarks
+	$(BIN)/mypy
+
+unit: venv
+	SWAPWISE_SKIP_E2E=1 $(BIN)/pytest -m "not e2e"
+
+control-plane:
+	tests/e2e/build-control-plane.sh
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

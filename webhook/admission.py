@@ -1,0 +1,110 @@
+"""AdmissionReview in, AdmissionReview out: the admission decision, free of HTTP.
+
+Like controller-runtime's webhook package, transport lives elsewhere (``server/``);
+this module is a pure function of (review, profile name, policy), which is what makes
+it testable without a socket and shareable with the benchmarks.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.engine import Mutation, mutate_pod
+from webhook.engine.warnings import warning
+from webhook.policy import Policy
+
+API_VERSION = "admission.k8s.io/v1"
+
+
+class InvalidReview(ValueError):
+    """The body is not an ``admission.k8s.io/v1`` AdmissionReview request (HTTP 400)."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The response to send and what happened, for logs and metrics."""
+
+    response: dict[str, Any]
+    uid: str
+    outcome: str  # mutated | unchanged | skipped | ignored | unknown_profile
+    namespace: str | None = None
+    changed: int = 0
+    reason: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def parse_review(body: Any) -> dict[str, Any]:
+    """The ``request`` of a v1 AdmissionReview, or :class:`InvalidReview`."""
+    if not isinstance(body, dict):
+        raise InvalidReview("body must be a JSON object (an AdmissionReview)")
+    if body.get("apiVersion") != API_VERSION or body.get("kind") != "AdmissionReview":
+        raise InvalidReview(f"expected apiVersion {API_VERSION} and kind AdmissionReview")
+    request = body.get("request")
+    if not isinstance(request, dict):
+        raise InvalidReview("request must be an object")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise InvalidReview("request.uid must be a non-empty string")
+    return request
+
+
+def _is_pod_create(request: dict[str, Any]) -> bool:
+    kind = request.get("kind")
+    return (
+        request.get("operation") == "CREATE"
+        and isinstance(kind, dict)
+        and kind.get("group", "") == ""
+        and kind.get("version") == "v1"
+        and kind.get("kind") == "Pod"
+        and not request.get("subResource")
+        and isinstance(request.get("object"), dict)
+    )
+
+
+def review_response(
+    uid: str, mutation: Mutation | None = None, warnings: list[str] | None = None
+) -> dict[str, Any]:
+    response: dict[str, Any] = {"uid": uid, "allowed": True}
+    if mutation is not None and mutation.patch:
+        response["patchType"] = "JSONPatch"
+        patch = json.dumps(mutation.patch, separators=(",", ":")).encode()
+        response["patch"] = base64.b64encode(patch).decode("ascii")
+    if warnings:
+        response["warnings"] = warnings
+    return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}
+
+
+def decide(request: dict[str, Any], profile_name: str, policy: Policy) -> Decision:
+    """Answer the ``request`` of an AdmissionReview (see :func:`parse_review`).
+
+    ``dryRun`` needs no special case: the decision has no side effects.
+    """
+    uid: str = request["uid"]
+    namespace = request.get("namespace")
+    namespace = namespace if isinstance(namespace, str) else None
+    if not _is_pod_create(request):
+        return Decision(review_response(uid), uid, "ignored", namespace)
+    profile = policy.resolve(profile_name, namespace)
+    if profile is None:
+        warnings = [warning(f"unknown profile {profile_name!r}; pod left unchanged")]
+        return Decision(
+            review_response(uid, warnings=warnings), uid, "unknown_profile", namespace,
+            warnings=warnings,
+        )
+    mutation = mutate_pod(request["object"], profile)
+    if mutation.skipped is not None:
+        outcome = "skipped"
+    else:
+        outcome = "mutated" if mutation.patch else "unchanged"
+    return Decision(
+        review_response(uid, mutation, mutation.warnings),
+        uid,
+        outcome,
+        namespace,
+        changed=len(mutation.changes),
+        reason=mutation.skipped,
+        warnings=mutation.warnings,
+    )

@@ -1,0 +1,37 @@
+"""The ``swapwise`` command line: each subcommand lives in its own module."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from webhook import __version__
+from webhook.cli import certs_cmd, policy_cmd, preview, serve
+
+COMMANDS = (serve, preview, policy_cmd, certs_cmd)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="swapwise",
+        description="Reshape Kubernetes pods so LimitedSwap lets them use node swap.",
+    )
+    parser.add_argument("--version", action="version", version=f"swapwise {__version__}")
+    subcommands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for command in COMMANDS:
+        command.register(subcommands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        result: int = args.func(args)
+    except KeyboardInterrupt:
+        return 130
+    return result
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""``swapwise certs``: a CA and serving certificate for a webhook Service."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+from pathlib import Path
+from typing import Any
+
+from webhook import certs
+from webhook.cli.common import fail
+
+
+def register(subcommands: Any) -> None:
+    parser = subcommands.add_parser(
+        "certs", help="write ca.crt, tls.crt and tls.key for the webhook Service"
+    )
+    parser.add_argument("--service", required=True, help="Service name")
+    parser.add_argument("--namespace", required=True, help="Service namespace")
+    parser.add_argument("--out", default="certs", help="output directory (default: certs)")
+    parser.add_argument("--days", type=int, default=365, help="validity in days (default 365)")
+    parser.add_argument("--dns", action="append", default=[], help="extra DNS SAN (repeatable)")
+    parser.add_argument("--ip", action="append", default=[], help="extra IP SAN (repeatable)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.days < 1:
+        return fail("--days must be at least 1")
+    for ip in args.ip:
+        try:
+            ipaddress.ip_address(ip)
+        except ValueError:
+            return fail(f"--ip {ip!r} is not an IP address")
+    names = [*certs.service_names(args.service, args.namespace), *args.dns]
+    paths = certs.write(
+        Path(args.out), *certs.generate(list(dict.fromkeys(names)), args.ip, args.days)
+    )
+    print(f"wrote {paths.ca}, {paths.cert}, {paths.key} (valid {args.days} days)")
+    print(f"caBundle: base64 of {paths.ca}")
+    return 0

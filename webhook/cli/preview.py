@@ -1,0 +1,125 @@
+"""``swapwise preview``: what the webhook would do, offline, on your manifests.
+
+The same engine the server runs is applied to Pods and to the pod templates of
+workload objects; the result is printed, warnings go to stderr like kubectl's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import sys
+from typing import Any, TextIO
+
+import jsonpatch
+import yaml
+
+from webhook.cli.common import CommandError, fail, policy_from
+from webhook.engine import mutate_pod
+from webhook.policy import Policy
+from webhook.profile import Profile
+from webhook.workloads import find_workload, iter_objects
+
+
+def register(subcommands: Any) -> None:
+    parser = subcommands.add_parser("preview", help="apply the mutation offline to manifests")
+    parser.add_argument("-f", "--filename", required=True, help="YAML file, or - for stdin")
+    parser.add_argument("--policy", help="policy file (default: built-in policy)")
+    parser.add_argument("--profile", help="profile (may be omitted with a one-profile policy)")
+    parser.add_argument("--namespace", "-n", help="namespace, for per-namespace overrides")
+    parser.add_argument("-o", "--output", choices=["yaml", "json", "diff"], default="yaml")
+    parser.set_defaults(func=run)
+
+
+def choose_profile(policy: Policy, name: str | None, namespace: str | None) -> Profile:
+    if name is None:
+        if len(policy.profiles) != 1:
+            raise CommandError(
+                f"--profile is required: the policy has {len(policy.profiles)} profiles "
+                f"({', '.join(sorted(policy.profiles))})"
+            )
+        name = next(iter(policy.profiles))
+    profile = policy.resolve(name, namespace)
+    if profile is None:
+        raise CommandError(
+            f"unknown profile {name!r}; the policy has: {', '.join(sorted(policy.profiles))}"
+        )
+    return profile
+
+
+def read_documents(filename: str) -> list[Any]:
+    try:
+        if filename == "-":
+            text = sys.stdin.read()
+        else:
+            with open(filename, encoding="utf-8") as handle:
+                text = handle.read()
+        return list(yaml.safe_load_all(text))
+    except OSError as exc:
+        raise CommandError(f"cannot read {filename}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise CommandError(f"{filename} is not valid YAML: {exc}") from None
+
+
+def _dump(obj: Any) -> str:
+    return yaml.safe_dump(obj, sort_keys=False, default_flow_style=False)
+
+
+def preview(
+    documents: list[Any], policy: Policy, profile_name: str | None, namespace: str | None,
+    warnings_out: TextIO,
+) -> list[tuple[Any, Any]]:
+    """(before, after) for every object; objects without pods pass through unchanged."""
+    results: list[tuple[Any, Any]] = []
+    for obj in iter_objects(documents):
+        workload = find_workload(obj)
+        if workload is None:
+            results.append((obj, obj))
+            continue
+        profile = choose_profile(policy, profile_name, namespace or workload.namespace)
+        pod = workload.pod()
+        assert pod is not None
+        mutation = mutate_pod(pod, profile, daemonset=workload.daemonset or None)
+        for message in mutation.warnings:
+            print(f"Warning: {workload.ref}: {message}", file=warnings_out)
+        after = obj
+        if mutation.patch:
+            after = workload.with_pod(jsonpatch.apply_patch(pod, mutation.patch))
+        results.append((obj, after))
+    return results
+
+
+def render(results: list[tuple[Any, Any]], output: str) -> str:
+    if output == "json":
+        items = [after for _, after in results]
+        if len(items) == 1:
+            return json.dumps(items[0], indent=2) + "\n"
+        return json.dumps({"apiVersion": "v1", "kind": "List", "items": items}, indent=2) + "\n"
+    if output == "diff":
+        chunks = []
+        for before, after in results:
+            if before == after:
+                continue
+            workload = find_workload(before)
+            name = workload.ref if workload else "object"
+            chunks.extend(difflib.unified_diff(
+                _dump(before).splitlines(keepends=True), _dump(after).splitlines(keepends=True),
+                fromfile=f"{name} (original)", tofile=f"{name} (swapwise)",
+            ))
+        return "".join(chunks)
+    return "---\n".join(_dump(after) for _, after in results)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        policy = policy_from(args.policy)
+        if args.profile is not None:
+            choose_profile(policy, args.profile, None)  # fail fast on a typo
+        results = preview(
+            read_documents(args.filename), policy, args.profile, args.namespace, sys.stderr
+        )
+    except CommandError as exc:
+        return fail(str(exc))
+    sys.stdout.write(render(results, args.output))
+    return 0

@@ -1,0 +1,6 @@
+"""The pure mutation engine: pod + profile -> JSON Patch operations + warnings."""
+
+from webhook.engine.mutate import Mutation, mutate_pod
+from webhook.engine.resources import target
+
+__all__ = ["Mutation", "mutate_pod", "target"]

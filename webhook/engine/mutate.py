@@ -1,0 +1,102 @@
+"""The admission decision for one pod: skip rules, then the calculators, composed.
+
+Pure: a pod dict and a resolved profile in, patch operations and warnings out. No I/O,
+no clock, no global state, so the server, ``preview`` and ``plan`` share it and tests
+exercise it without a network.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.engine.annotations import annotation_ops
+from webhook.engine.pod import MalformedPod, PodView, qos_class
+from webhook.engine.pointer import PatchOp
+from webhook.engine.placement import placement_ops
+from webhook.engine.resize import resize_ops
+from webhook.engine.resources import ContainerChange, plan_resources, resource_ops
+from webhook.engine.warnings import warning
+from webhook.profile import Profile
+
+SKIP_KEY = "swapwise.io/skip"
+
+
+@dataclass(frozen=True)
+class Mutation:
+    patch: list[PatchOp] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    changes: list[ContainerChange] = field(default_factory=list)
+    skipped: str | None = None  # why the pod was left exactly as it came
+
+
+def skip_reason(view: PodView, profile: Profile) -> str | None:
+    if view.labels.get(SKIP_KEY) == "true" or view.annotations.get(SKIP_KEY) == "true":
+        return "opted out"
+    if view.is_critical():
+        return "critical pod"
+    os_spec = view.spec.get("os")
+    if isinstance(os_spec, dict) and os_spec.get("name") == "windows":
+        return "windows pod"
+    if profile.pod_selector is not None and not profile.pod_selector.matches(view.labels):
+        return "podSelector does not match"
+    if profile.guaranteed_pods == "skip" and _qos(view, []) == "Guaranteed":
+        return "guaranteed pod (guaranteedPods: skip)"
+    return None
+
+
+def _qos(view: PodView, changes: list[ContainerChange]) -> str:
+    """QoS of the pod after ``changes``."""
+    changed = {change.container.path: change for change in changes}
+    units = []
+    for container in view.containers:
+        requests, limits = container.requests, container.limits
+        change = changed.get(container.path)
+        if change is not None:
+            requests = {**requests, "memory": change.request}
+            limits = {**limits, "memory": change.limit}
+        units.append((requests, limits))
+    return qos_class(units, view.pod_level_resources())
+
+
+def uses_swap(view: PodView, changes: list[ContainerChange]) -> bool:
+    """Will the kubelet give at least one container of the resulting pod swap?"""
+    if _qos(view, changes) != "Burstable":
+        return False
+    changed = {change.container.path for change in changes}
+    for container in view.containers:
+        if container.path in changed:
+            return True
+        request, limit = container.memory_request, container.memory_limit
+        if request is not None and request != limit:
+            return True
+    return False
+
+
+def mutate_pod(
+    pod: Any, profile: Profile, *, daemonset: bool | None = None
+) -> Mutation:
+    """Reshape ``pod`` for swap per ``profile``; a second pass over the result is empty.
+
+    ``daemonset`` overrides owner detection, for pod templates that have no owner yet.
+    """
+    try:
+        view = PodView.parse(pod)
+        reason = skip_reason(view, profile)
+        if reason is not None:
+            return Mutation(skipped=reason)
+        changes, warnings = plan_resources(view, profile)
+        patch = [op for change in changes for op in resource_ops(change)]
+        ops, resize_warnings = resize_ops(view, changes, profile)
+        patch += ops
+        warnings += resize_warnings
+        if daemonset is None:
+            daemonset = view.owned_by_daemonset()
+        if not view.spec.get("nodeName") and not daemonset and uses_swap(view, changes):
+            patch += placement_ops(view, profile.placement)
+        if patch:
+            patch += annotation_ops(view, profile.name, changes)
+        return Mutation(patch, warnings, changes)
+    except MalformedPod as exc:
+        return Mutation(warnings=[warning(f"pod left unchanged: {exc}")], skipped="malformed")
+

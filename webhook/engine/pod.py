@@ -1,0 +1,182 @@
+"""A read-only, validated view of the parts of a pod the engine reasons about.
+
+The API server only sends well-formed pods, but ``preview`` reads user files and the
+server must survive any input: every shape the engine touches is checked here once, and
+anything unexpected raises :class:`MalformedPod` instead of producing a patch that
+would not apply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Literal
+
+from webhook.quantity import QuantityError, parse_quantity
+
+ContainerKind = Literal["init", "sidecar", "container"]
+Resources = dict[str, Fraction]
+
+CRITICAL_PRIORITY = 2_000_000_000
+CRITICAL_CLASSES = frozenset({"system-cluster-critical", "system-node-critical"})
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+QOS_RESOURCES = ("cpu", "memory")
+
+
+class MalformedPod(ValueError):
+    """The object does not have the shape of a core/v1 Pod where the engine needs it."""
+
+
+def as_dict(value: Any, where: str) -> dict[str, Any]:
+    """``value`` as a mapping; absent (``None``) reads as empty."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise MalformedPod(f"{where} must be an object")
+    return value
+
+
+def as_list(value: Any, where: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise MalformedPod(f"{where} must be a list")
+    return value
+
+
+def _quantities(resources: dict[str, Any], field: str, where: str) -> Resources:
+    """The cpu/memory entries of ``resources[field]``, parsed exactly."""
+    values = as_dict(resources.get(field), f"{where}.{field}")
+    parsed: Resources = {}
+    for name in QOS_RESOURCES:
+        raw = values.get(name)
+        if raw is None:
+            continue
+        try:
+            parsed[name] = parse_quantity(raw)
+        except QuantityError as exc:
+            raise MalformedPod(f"{where}.{field}.{name}: {exc}") from exc
+    return parsed
+
+
+@dataclass(frozen=True)
+class ContainerView:
+    """One container with its cpu/memory settings, as the API server sees them."""
+
+    path: str  # JSON Pointer of the container, e.g. /spec/containers/0
+    kind: ContainerKind
+    name: str
+    raw: dict[str, Any]
+    requests: Resources
+    limits: Resources
+
+    @property
+    def memory_request(self) -> Fraction | None:
+        """Effective request: the API server copies a missing request from the limit."""
+        return self.requests.get("memory", self.limits.get("memory"))
+
+    @property
+    def memory_limit(self) -> Fraction | None:
+        return self.limits.get("memory")
+
+
+@dataclass(frozen=True)
+class PodView:
+    pod: dict[str, Any]
+    metadata: dict[str, Any]
+    spec: dict[str, Any]
+    labels: dict[str, Any]
+    annotations: dict[str, Any]
+    containers: tuple[ContainerView, ...]  # initContainers first, then containers
+
+    @classmethod
+    def parse(cls, pod: Any) -> PodView:
+        if not isinstance(pod, dict):
+            raise MalformedPod("pod must be an object")
+        metadata = as_dict(pod.get("metadata"), "metadata")
+        spec = as_dict(pod.get("spec"), "spec")
+        containers: list[ContainerView] = []
+        for field in ("initContainers", "containers"):
+            for index, raw in enumerate(as_list(spec.get(field), f"spec.{field}")):
+                where = f"spec.{field}[{index}]"
+                container = as_dict(raw, where)
+                name = container.get("name")
+                if not isinstance(name, str) or not name:
+                    raise MalformedPod(f"{where}.name must be a non-empty string")
+                resources = as_dict(container.get("resources"), f"{where}.resources")
+                kind: ContainerKind = "container"
+                if field == "initContainers":
+                    kind = "sidecar" if container.get("restartPolicy") == "Always" else "init"
+                containers.append(
+                    ContainerView(
+                        path=f"/spec/{field}/{index}",
+                        kind=kind,
+                        name=name,
+                        raw=container,
+                        requests=_quantities(resources, "requests", f"{where}.resources"),
+                        limits=_quantities(resources, "limits", f"{where}.resources"),
+                    )
+                )
+        return cls(
+            pod=pod,
+            metadata=metadata,
+            spec=spec,
+            labels=as_dict(metadata.get("labels"), "metadata.labels"),
+            annotations=as_dict(metadata.get("annotations"), "metadata.annotations"),
+            containers=tuple(containers),
+        )
+
+    def is_critical(self) -> bool:
+        """The kubelet never gives swap to critical pods; neither do we touch them."""
+        if self.spec.get("priorityClassName") in CRITICAL_CLASSES:
+            return True
+        priority = self.spec.get("priority")
+        if isinstance(priority, int) and not isinstance(priority, bool):
+            if priority >= CRITICAL_PRIORITY:
+                return True
+        return MIRROR_ANNOTATION in self.annotations
+
+    def owned_by_daemonset(self) -> bool:
+        refs = as_list(self.metadata.get("ownerReferences"), "metadata.ownerReferences")
+        return any(isinstance(ref, dict) and ref.get("kind") == "DaemonSet" for ref in refs)
+
+    def pod_level_resources(self) -> tuple[Resources, Resources] | None:
+        """Pod-level ``spec.resources`` (cpu/memory), which decide QoS when present."""
+        resources = as_dict(self.spec.get("resources"), "spec.resources")
+        requests = _quantities(resources, "requests", "spec.resources")
+        limits = _quantities(resources, "limits", "spec.resources")
+        if not requests and not limits:
+            return None
+        return requests, limits
+
+
+def qos_class(
+    units: list[tuple[Resources, Resources]],
+    pod_level: tuple[Resources, Resources] | None = None,
+) -> str:
+    """The pod QoS class, computed as the kubelet does (``ComputePodQOS``).
+
+    Each unit is one container's (requests, limits) for cpu/memory; pod-level resources,
+    when set, replace them. Missing requests are taken from limits: the API server
+    defaults them before any webhook runs, and ``preview`` must reason about that pod.
+    """
+    requests: Resources = {}
+    limits: Resources = {}
+    guaranteed = True
+    for unit_requests, unit_limits in [pod_level] if pod_level is not None else units:
+        for name, value in {**unit_limits, **unit_requests}.items():
+            if value > 0:
+                requests[name] = requests.get(name, Fraction(0)) + value
+        found = set()
+        for name, value in unit_limits.items():
+            if value > 0:
+                found.add(name)
+                limits[name] = limits.get(name, Fraction(0)) + value
+        if not found.issuperset(QOS_RESOURCES):
+            guaranteed = False
+    if not requests and not limits:
+        return "BestEffort"
+    if guaranteed and len(requests) == len(limits):
+        if all(limits.get(name) == value for name, value in requests.items()):
+            return "Guaranteed"
+    return "Burstable"

@@ -1,0 +1,69 @@
+"""The resolved form of a policy profile: what the mutation engine consumes.
+
+The policy file (``policy.py``) is validated with pydantic; the engine never sees it.
+It gets this frozen, exact-valued view instead, computed once per reload, so the hot
+path does no parsing and no defaulting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Literal
+
+PlacementMode = Literal["required", "preferred", "none"]
+GuaranteedPods = Literal["convert", "skip"]
+ResizePolicy = Literal["RestartContainer", "keep"]
+
+SWAP_LABEL = "feature.node.kubernetes.io/memory-swap"
+
+
+@dataclass(frozen=True)
+class LabelSelector:
+    """A metav1.LabelSelector; empty selects everything."""
+
+    match_labels: tuple[tuple[str, str], ...] = ()
+    # (key, operator, values)
+    match_expressions: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+
+    def matches(self, labels: dict[str, Any]) -> bool:
+        for key, value in self.match_labels:
+            if labels.get(key) != value:
+                return False
+        for key, operator, values in self.match_expressions:
+            present = key in labels
+            if operator == "In":
+                if not present or labels[key] not in values:
+                    return False
+            elif operator == "NotIn":
+                if present and labels[key] in values:
+                    return False
+            elif operator == "Exists":
+                if not present:
+                    return False
+            elif present:  # DoesNotExist
+                return False
+        return True
+
+
+@dataclass(frozen=True)
+class Placement:
+    mode: PlacementMode = "required"
+    node_selector: tuple[tuple[str, str], ...] = ((SWAP_LABEL, "true"),)
+    weight: int = 100
+    tolerations: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Everything the engine needs to reshape one pod."""
+
+    name: str
+    request_ratio: Fraction = Fraction(1, 3)
+    min_request: int = 16 * 1024 * 1024
+    max_limit_request_ratio: Fraction | None = None
+    default_limit: int | None = None
+    guaranteed_pods: GuaranteedPods = "convert"
+    resize_policy: ResizePolicy = "RestartContainer"
+    pod_selector: LabelSelector | None = None
+    placement: Placement = field(default_factory=Placement)

@@ -1,0 +1,1 @@
+"""HTTP/TLS plumbing around the admission decision: app, TLS, reloads, metrics, logs."""
