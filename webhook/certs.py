@@ -133,7 +133,8 @@ def ensure_dev_certs(out: Path, extra_dns: list[str], extra_ips: list[str]) -> C
             names = set(san.get_values_for_type(x509.DNSName))
             addresses = {str(a) for a in san.get_values_for_type(x509.IPAddress)}
             fresh = cert.not_valid_after_utc - dt.datetime.now(dt.UTC) > dt.timedelta(days=7)
-            if fresh and set(dns) <= names and {str(ipaddress.ip_address(i)) for i in ips} <= addresses:
+            wanted_ips = {str(ipaddress.ip_address(ip)) for ip in ips}
+            if fresh and set(dns) <= names and wanted_ips <= addresses:
                 return paths
         except (ValueError, x509.ExtensionNotFound):
             pass

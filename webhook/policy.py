@@ -129,9 +129,9 @@ class ProfileSpec(_Strict):
     def _consistent(self) -> ProfileSpec:
         if self.swapRatio is not None and self.requestRatio is not None:
             raise ValueError("give swapRatio or requestRatio, not both (they are the same knob)")
-        if self.defaultLimit is not None:
-            if parse_bytes(self.defaultLimit) <= parse_bytes(self.minRequest):
-                raise ValueError("defaultLimit must be greater than minRequest")
+        limit = self.defaultLimit
+        if limit is not None and parse_bytes(limit) <= parse_bytes(self.minRequest):
+            raise ValueError("defaultLimit must be greater than minRequest")
         return self
 
     def request_ratio(self) -> Fraction:
@@ -283,7 +283,7 @@ _UniqueKeyLoader.add_constructor(
 
 def parse_policy(text: str, source: str = "<policy>") -> Policy:
     try:
-        document = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - safe loader subclass
+        document = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
         raise PolicyError(source, [f"(yaml): {exc}".replace("\n", " ")]) from None
     return build_policy(document, source)

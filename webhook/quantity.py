@@ -52,7 +52,7 @@ def parse_quantity(value: object) -> Fraction:
     except (InvalidOperation, ValueError) as exc:  # pragma: no cover - regex guarantees shape
         raise QuantityError(f"{value!r} is not a valid quantity") from exc
     if match["bin"]:
-        return number * 1024 ** _BINARY[match["bin"]]
+        return number * Fraction(1024) ** _BINARY[match["bin"]]
     if match["exp"] is not None:
         exponent = int(match["exp"])
         if abs(exponent) > 64:

@@ -97,7 +97,7 @@ def render(results: list[tuple[Any, Any]], output: str) -> str:
             return json.dumps(items[0], indent=2) + "\n"
         return json.dumps({"apiVersion": "v1", "kind": "List", "items": items}, indent=2) + "\n"
     if output == "diff":
-        chunks = []
+        chunks: list[str] = []
         for before, after in results:
             if before == after:
                 continue

@@ -8,12 +8,13 @@ exercise it without a network.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from webhook.engine.annotations import annotation_ops
+from webhook.engine.placement import placement_ops
 from webhook.engine.pod import MalformedPod, PodView, qos_class
 from webhook.engine.pointer import PatchOp
-from webhook.engine.placement import placement_ops
 from webhook.engine.resize import resize_ops
 from webhook.engine.resources import ContainerChange, plan_resources, resource_ops
 from webhook.engine.warnings import warning
@@ -53,8 +54,8 @@ def _qos(view: PodView, changes: list[ContainerChange]) -> str:
         requests, limits = container.requests, container.limits
         change = changed.get(container.path)
         if change is not None:
-            requests = {**requests, "memory": change.request}
-            limits = {**limits, "memory": change.limit}
+            requests = {**requests, "memory": Fraction(change.request)}
+            limits = {**limits, "memory": Fraction(change.limit)}
         units.append((requests, limits))
     return qos_class(units, view.pod_level_resources())
 

@@ -131,9 +131,9 @@ class PodView:
         if self.spec.get("priorityClassName") in CRITICAL_CLASSES:
             return True
         priority = self.spec.get("priority")
-        if isinstance(priority, int) and not isinstance(priority, bool):
-            if priority >= CRITICAL_PRIORITY:
-                return True
+        if isinstance(priority, int) and not isinstance(priority, bool) \
+                and priority >= CRITICAL_PRIORITY:
+            return True
         return MIRROR_ANNOTATION in self.annotations
 
     def owned_by_daemonset(self) -> bool:
@@ -176,7 +176,7 @@ def qos_class(
             guaranteed = False
     if not requests and not limits:
         return "BestEffort"
-    if guaranteed and len(requests) == len(limits):
-        if all(limits.get(name) == value for name, value in requests.items()):
-            return "Guaranteed"
+    same = all(limits.get(name) == value for name, value in requests.items())
+    if guaranteed and len(requests) == len(limits) and same:
+        return "Guaranteed"
     return "Burstable"

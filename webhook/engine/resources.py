@@ -80,11 +80,13 @@ def plan_resources(view: PodView, profile: Profile) -> tuple[list[ContainerChang
 
 
 def describe(change: ContainerChange) -> str:
-    name = change.container.name
-    request, limit = format_bytes(change.request), format_bytes(change.limit)
+    """One warning per changed container; quantities the user wrote are shown as written."""
+    name, request = change.container.name, format_bytes(change.request)
     if change.limit_added:
+        limit = format_bytes(change.limit)
         return warning(f"{name} memory limit {limit} (defaultLimit), request {request}")
-    before = change.original.get("request") or change.original.get("limit")
+    limit = change.original["limit"]
+    before = change.original.get("request", limit)
     return warning(f"{name} memory request {before} -> {request} (limit {limit})")
 
 

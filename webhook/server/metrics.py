@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
 # `_created` series double the output and no dashboard uses them.
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 # Admissions take ~100 µs in-process; buckets start there so the histogram resolves them.
 LATENCY_BUCKETS = (
@@ -51,6 +51,10 @@ class Metrics:
             "Expiry (Unix time) of the serving certificate in use.",
             registry=self.registry,
         )
+        # Export reload series at zero from the start, so alerts on increase() work.
+        for result in ("success", "failure"):
+            self.policy_reloads.labels(result)
+            self.certificate_reloads.labels(result)
         self.policy_profiles = Gauge(
             "swapwise_policy_profiles",
             "Profiles in the policy in use.",

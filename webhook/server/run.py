@@ -27,7 +27,7 @@ class ServeOptions:
     key: Path
     policy: Path | None = None
     client_ca: Path | None = None
-    host: str = "0.0.0.0"  # noqa: S104 - a webhook in a pod listens on the pod IP
+    host: str = "0.0.0.0"
     port: int = 8443
     log_level: str = "info"
     # Connection hygiene: a slow or idle client must not pin resources for long.
@@ -52,6 +52,9 @@ class SwapwiseServer(uvicorn.Server):
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self.state.draining = True
         super().handle_exit(sig, frame)
+        # uvicorn re-raises the signal after shutting down; a drained shutdown is a
+        # clean exit (status 0), and it lets the "stopped" log line be written.
+        self._captured_signals.clear()
 
 
 def build(options: ServeOptions) -> tuple[SwapwiseServer, AppState, CertificateStore]:

@@ -1,0 +1,205 @@
+"""The ``swapwise`` command line, run as a user runs it (a subprocess)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cryptography import x509
+
+from tests.server_proc import SWAPWISE
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+SWAP = "feature.node.kubernetes.io/memory-swap"
+
+
+def swapwise(*args: str, stdin: str | None = None, cwd: Path | None = None,
+             ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([SWAPWISE, *args], input=stdin, capture_output=True, text=True,
+                          timeout=60, cwd=cwd)
+
+
+def pod_spec(obj: dict[str, Any]) -> dict[str, Any]:
+    kind = obj["kind"]
+    if kind == "Pod":
+        return obj["spec"]
+    if kind == "CronJob":
+        return obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    return obj["spec"]["template"]["spec"]
+
+
+def test_preview_pod_yaml() -> None:
+    out = swapwise("preview", "-f", str(EXAMPLES / "sandbox-pod.yaml"))
+    assert out.returncode == 0, out.stderr
+    [result] = list(yaml.safe_load_all(out.stdout))
+    container = result["spec"]["containers"][0]
+    assert container["resources"]["requests"] == {"cpu": "100m", "memory": "683Mi"}
+    # restartPolicy: Never -> no resizePolicy
+    assert "resizePolicy" not in container
+    assert result["metadata"]["annotations"]["swapwise.io/profile"] == "default"
+    assert out.stderr == ("Warning: Pod/agent-sandbox-7f3c: swapwise: sandbox memory request "
+                          "2Gi -> 683Mi (limit 2Gi)\n")
+
+
+def test_preview_all_workload_kinds_from_stdin() -> None:
+    container = {"name": "app", "image": "x",
+                 "resources": {"limits": {"memory": "3Gi", "cpu": "1"}}}
+    template = {"metadata": {"labels": {"app": "x"}}, "spec": {"containers": [container]}}
+    docs: list[Any] = [
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {
+            "containers": [container]}},
+        *[{"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": kind.lower()},
+           "spec": {"template": template}}
+          for kind in ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet")],
+        {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "job"},
+         "spec": {"template": {"spec": {"containers": [container], "restartPolicy": "Never"}}}},
+        {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "cron"},
+         "spec": {"jobTemplate": {"spec": {"template": template}}}},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}, "data": {"a": "b"}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "svc"}},
+    ]
+    out = swapwise("preview", "-f", "-", "-o", "json", stdin=yaml.safe_dump_all(docs))
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["kind"] == "List"
+    items = result["items"]
+    assert [i["kind"] for i in items] == [d["kind"] for d in docs]
+    for item in items[:7]:
+        spec = pod_spec(item)
+        assert spec["containers"][0]["resources"]["requests"] == {"memory": "1Gi"}
+        placed = "affinity" in spec
+        assert placed == (item["kind"] != "DaemonSet"), item["kind"]
+    assert items[7:] == docs[7:]
+    assert out.stderr.count("Warning: ") == 7
+    assert "Warning: DaemonSet/daemonset: swapwise: app memory request 3Gi -> 1Gi" in out.stderr
+
+
+def test_preview_list_kind_and_diff() -> None:
+    pod = yaml.safe_load((EXAMPLES / "sandbox-pod.yaml").read_text())
+    listing = {"apiVersion": "v1", "kind": "List", "items": [pod]}
+    out = swapwise("preview", "-f", "-", "-o", "diff", stdin=json.dumps(listing))
+    assert out.returncode == 0
+    assert out.stdout.startswith("--- Pod/agent-sandbox-7f3c (original)\n")
+    assert "-        memory: 2Gi\n+        memory: 683Mi\n" in out.stdout
+    assert f"+          - key: {SWAP}\n" in out.stdout
+
+
+def test_preview_example_deployment_with_policy_and_namespace_override(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(yaml.safe_dump({
+        "apiVersion": "swapwise.io/v1alpha1", "kind": "SwapPolicy",
+        "profiles": {"browsers": {"swapRatio": 1}},
+        "namespaces": {"browsers": {"requestRatio": 0.25}}}))
+    args = ["preview", "-f", str(EXAMPLES / "deployment.yaml"), "--policy", str(policy)]
+    out = swapwise(*args)  # one profile: --profile may be left out
+    assert out.returncode == 0, out.stderr
+    [deployment] = list(yaml.safe_load_all(out.stdout))
+    spec = pod_spec(deployment)
+    # namespace browsers comes from the manifest -> requestRatio 0.25
+    assert spec["containers"][0]["resources"]["requests"]["memory"] == "768Mi"
+    assert spec["initContainers"][0]["resources"]["requests"] == {"memory": "32Mi"}
+    assert spec["initContainers"][0]["resizePolicy"][0]["restartPolicy"] == "RestartContainer"
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    for term in terms["nodeSelectorTerms"]:
+        assert {"key": SWAP, "operator": "In", "values": ["true"]} in term["matchExpressions"]
+    other = swapwise(*args, "--namespace", "elsewhere")
+    [deployment] = list(yaml.safe_load_all(other.stdout))
+    assert pod_spec(deployment)["containers"][0]["resources"]["requests"]["memory"] == "1536Mi"
+
+
+def test_preview_cronjob_example() -> None:
+    policy = EXAMPLES / "policy.yaml"
+    out = swapwise("preview", "-f", str(EXAMPLES / "cronjob.yaml"), "--policy", str(policy),
+                   "--profile", "ci")
+    assert out.returncode == 0, out.stderr
+    spec = pod_spec(next(yaml.safe_load_all(out.stdout)))
+    assert spec["containers"][0]["resources"]["requests"] == {"cpu": "4", "memory": "4Gi"}
+    assert "resizePolicy" not in spec["initContainers"][0]
+    assert spec["tolerations"] == [
+        {"key": "swap", "operator": "Equal", "value": "true", "effect": "NoSchedule"}]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--profile", "nope"], "unknown profile 'nope'"),
+        (["--policy", str(EXAMPLES / "policy.yaml")], "--profile is required"),
+        (["--policy", "/nonexistent.yaml"], "invalid policy"),
+    ],
+)
+def test_preview_errors(args: list[str], message: str) -> None:
+    out = swapwise("preview", "-f", str(EXAMPLES / "sandbox-pod.yaml"), *args)
+    assert out.returncode == 1 and message in out.stderr and out.stdout == ""
+
+
+def test_preview_bad_input() -> None:
+    out = swapwise("preview", "-f", "-", stdin="a: [")
+    assert out.returncode == 1 and "is not valid YAML" in out.stderr
+    out = swapwise("preview", "-f", "/nonexistent.yaml")
+    assert out.returncode == 1 and "cannot read /nonexistent.yaml" in out.stderr
+
+
+def test_policy_check(tmp_path: Path) -> None:
+    out = swapwise("policy", "check", str(EXAMPLES / "policy.yaml"))
+    assert out.returncode == 0, out.stderr
+    assert "valid; profiles: ci, sandbox" in out.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("apiVersion: swapwise.io/v1alpha1\nkind: SwapPolicy\nprofiles:\n"
+                   "  a: {swapRatio: 2, requestRatio: 0.5}\n  b: {minRequest: 1X}\n")
+    out = swapwise("policy", "check", str(bad))
+    assert out.returncode == 1
+    assert "profiles.a: give swapRatio or requestRatio, not both" in out.stderr
+    assert "profiles.b.minRequest: '1X' is not a valid quantity" in out.stderr
+
+
+def test_certs(tmp_path: Path) -> None:
+    out = swapwise("certs", "--service", "swapwise", "--namespace", "infra", "--out",
+                   str(tmp_path), "--days", "30", "--dns", "webhook.example.com",
+                   "--ip", "10.0.0.7")
+    assert out.returncode == 0, out.stderr
+    assert stat.S_IMODE(os.stat(tmp_path / "tls.key").st_mode) == 0o600
+    cert = x509.load_pem_x509_certificate((tmp_path / "tls.crt").read_bytes())
+    ca = x509.load_pem_x509_certificate((tmp_path / "ca.crt").read_bytes())
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert san.get_values_for_type(x509.DNSName) == [
+        "swapwise", "swapwise.infra", "swapwise.infra.svc", "swapwise.infra.svc.cluster.local",
+        "webhook.example.com"]
+    assert [str(ip) for ip in san.get_values_for_type(x509.IPAddress)] == ["10.0.0.7"]
+    cert.verify_directly_issued_by(ca)
+    assert 29 <= (cert.not_valid_after_utc - cert.not_valid_before_utc).days <= 31
+    assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+
+
+def test_certs_bad_ip(tmp_path: Path) -> None:
+    out = swapwise("certs", "--service", "s", "--namespace", "n", "--out", str(tmp_path),
+                   "--ip", "not-an-ip")
+    assert out.returncode == 1 and "not an IP address" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--cert-dir", "x", "--tls-cert", "a", "--tls-key", "b"], "not both"),
+        (["--tls-cert", "a"], "--tls-cert and --tls-key go together"),
+        (["--cert-dir", "/nonexistent"], "cannot read"),
+        (["--policy", "/nonexistent.yaml", "--cert-dir", "/nonexistent"], "invalid policy"),
+        (["--port", "70000"], "out of range"),
+    ],
+)
+def test_serve_refuses_bad_arguments(args: list[str], message: str, tmp_path: Path) -> None:
+    out = swapwise("serve", *args, cwd=tmp_path)
+    assert out.returncode == 1 and message in out.stderr, out.stderr
+
+
+def test_help_lists_every_command() -> None:
+    out = swapwise("--help")
+    assert out.returncode == 0
+    for command in ("serve", "preview", "policy", "certs"):
+        assert command in out.stdout

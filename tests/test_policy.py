@@ -1,0 +1,177 @@
+"""SPEC §3: the policy file is validated with field paths; typos are never ignored."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from webhook.policy import PolicyError, build_policy, default_policy, load_policy, parse_policy
+
+HEADER = {"apiVersion": "swapwise.io/v1alpha1", "kind": "SwapPolicy"}
+MI = 1024 * 1024
+
+SPEC_EXAMPLE = """
+apiVersion: swapwise.io/v1alpha1
+kind: SwapPolicy
+profiles:
+  sandbox:
+    swapRatio: 2
+    minRequest: 64Mi
+    maxLimitRequestRatio: 8
+    defaultLimit: 2Gi
+    guaranteedPods: convert
+    resizePolicy: RestartContainer
+    podSelector:
+      matchLabels: {app.kubernetes.io/component: sandbox}
+    placement:
+      mode: required
+      nodeSelector: {feature.node.kubernetes.io/memory-swap: "true"}
+      weight: 100
+      tolerations: []
+namespaces:
+  team-a: {requestRatio: 0.25}
+"""
+
+
+def errors_of(document: Any) -> list[str]:
+    with pytest.raises(PolicyError) as info:
+        build_policy(document)
+    return info.value.errors
+
+
+def with_profile(**fields: Any) -> dict[str, Any]:
+    return {**HEADER, "profiles": {"p": fields}}
+
+
+def test_spec_example_compiles() -> None:
+    policy = parse_policy(SPEC_EXAMPLE)
+    sandbox = policy.resolve("sandbox")
+    assert sandbox is not None
+    assert sandbox.request_ratio == Fraction(1, 3)
+    assert sandbox.min_request == 64 * MI
+    assert sandbox.max_limit_request_ratio == 8
+    assert sandbox.default_limit == 2048 * MI
+    assert sandbox.pod_selector is not None
+    assert sandbox.pod_selector.matches({"app.kubernetes.io/component": "sandbox"})
+    team_a = policy.resolve("sandbox", "team-a")
+    assert team_a is not None and team_a.request_ratio == Fraction(1, 4)
+    assert team_a.min_request == 64 * MI  # other fields come from the profile
+    assert policy.resolve("sandbox", "team-b") == sandbox
+    assert policy.resolve("nope") is None
+
+
+def test_default_policy() -> None:
+    policy = default_policy()
+    assert list(policy.profiles) == ["default"]
+    profile = policy.profiles["default"]
+    assert profile.request_ratio == Fraction(1, 3)
+    assert profile.min_request == 16 * MI
+    assert profile.max_limit_request_ratio is None and profile.default_limit is None
+    assert profile.guaranteed_pods == "convert" and profile.resize_policy == "RestartContainer"
+    assert profile.placement.mode == "required" and profile.placement.weight == 100
+    assert profile.placement.node_selector == (("feature.node.kubernetes.io/memory-swap", "true"),)
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({"swapRatio": 2, "requestRatio": 0.3}, "profiles.p: give swapRatio or requestRatio"),
+        ({"swapRaito": 2}, "profiles.p.swapRaito: unknown field"),
+        ({"placement": {"mdoe": "required"}}, "profiles.p.placement.mdoe: unknown field"),
+        ({"swapRatio": 0}, "profiles.p.swapRatio: Input should be greater than 0"),
+        ({"swapRatio": -1}, "profiles.p.swapRatio: Input should be greater than 0"),
+        ({"requestRatio": 1}, "profiles.p.requestRatio: Input should be less than 1"),
+        ({"requestRatio": 0}, "profiles.p.requestRatio: Input should be greater than 0"),
+        ({"requestRatio": "0.3"}, "profiles.p.requestRatio"),
+        ({"maxLimitRequestRatio": 1}, "profiles.p.maxLimitRequestRatio: Input should be greater"),
+        ({"minRequest": "64MB"}, "profiles.p.minRequest: '64MB' is not a valid quantity"),
+        ({"minRequest": "0"}, "profiles.p.minRequest: '0' must be greater than zero"),
+        ({"defaultLimit": "lots"}, "profiles.p.defaultLimit: 'lots' is not a valid quantity"),
+        ({"defaultLimit": "8Mi"}, "profiles.p: defaultLimit must be greater than minRequest"),
+        ({"guaranteedPods": "Convert"}, "profiles.p.guaranteedPods: Input should be 'convert'"),
+        ({"resizePolicy": "NotRequired"}, "profiles.p.resizePolicy: Input should be"),
+        ({"placement": {"mode": "always"}}, "profiles.p.placement.mode: Input should be"),
+        ({"placement": {"weight": 0}}, "profiles.p.placement.weight: Input should be greater"),
+        ({"placement": {"weight": 101}}, "profiles.p.placement.weight: Input should be less"),
+        ({"placement": {"nodeSelector": {"swap": True}}},
+         "profiles.p.placement.nodeSelector.swap: Input should be a valid string"),
+        ({"placement": {"tolerations": [{"key": "a", "operator": "Maybe"}]}},
+         "profiles.p.placement.tolerations.0.operator"),
+        ({"podSelector": {"matchExpressions": [{"key": "a", "operator": "In"}]}},
+         "profiles.p.podSelector.matchExpressions.0: operator In needs at least one value"),
+        ({"podSelector": {"matchLabel": {}}}, "profiles.p.podSelector.matchLabel: unknown field"),
+    ],
+)
+def test_invalid_profiles_are_refused_with_the_field_path(
+    fields: dict[str, Any], expected: str
+) -> None:
+    errors = errors_of(with_profile(**fields))
+    assert any(e.startswith(expected) for e in errors), errors
+
+
+@pytest.mark.parametrize(
+    ("document", "expected"),
+    [
+        ({"kind": "SwapPolicy", "profiles": {"p": {}}}, "apiVersion: Field required"),
+        ({**HEADER, "apiVersion": "v1"}, "apiVersion: Input should be 'swapwise.io/v1alpha1'"),
+        ({**HEADER, "profiles": {}}, "profiles: Dictionary should have at least 1 item"),
+        ({**HEADER, "profiles": {"Sandbox": {}}}, "profiles.Sandbox.[key]: 'Sandbox' is not a DNS"),
+        ({**HEADER, "profiles": {"p": {}}, "extra": 1}, "extra: unknown field"),
+        ({**HEADER, "profiles": {"p": {}}, "namespaces": {"team-a": {"swapRatoi": 1}}},
+         "namespaces.team-a.swapRatoi: unknown field"),
+        ({**HEADER, "profiles": {"p": {}}, "namespaces": {"team-a": {"requestRatio": 2}}},
+         "namespaces.team-a.requestRatio: Input should be less than 1"),
+        ([], "(root): the policy must be a YAML mapping"),
+    ],
+)
+def test_invalid_documents(document: Any, expected: str) -> None:
+    errors = errors_of(document)
+    assert any(e.startswith(expected) for e in errors), errors
+
+
+def test_every_error_is_reported_not_only_the_first() -> None:
+    errors = errors_of(with_profile(swapRaito=1, minRequest="x", placement={"mode": "y"}))
+    assert len(errors) == 3
+
+
+def test_override_ratio_replaces_the_other_spelling() -> None:
+    policy = build_policy({**HEADER, "profiles": {"p": {"requestRatio": 0.5}},
+                           "namespaces": {"a": {"swapRatio": 3}, "b": {"requestRatio": 0.2}}})
+    assert policy.resolve("p", "a").request_ratio == Fraction(1, 4)  # type: ignore[union-attr]
+    assert policy.resolve("p", "b").request_ratio == Fraction(1, 5)  # type: ignore[union-attr]
+
+
+def test_override_merges_placement_fields() -> None:
+    policy = build_policy({**HEADER, "profiles": {"p": {"placement": {"weight": 7}}},
+                           "namespaces": {"a": {"placement": {"mode": "preferred"}}}})
+    placement = policy.resolve("p", "a").placement  # type: ignore[union-attr]
+    assert placement.mode == "preferred" and placement.weight == 7
+
+
+def test_duplicate_keys_are_refused() -> None:
+    text = "apiVersion: swapwise.io/v1alpha1\nkind: SwapPolicy\nprofiles:\n  p: {}\n  p: {}\n"
+    with pytest.raises(PolicyError, match="duplicate key 'p'"):
+        parse_policy(text)
+
+
+def test_invalid_yaml() -> None:
+    with pytest.raises(PolicyError, match=r"\(yaml\)"):
+        parse_policy("profiles: [")
+
+
+def test_load_policy_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(PolicyError, match=r"\(file\)"):
+        load_policy(tmp_path / "nope.yaml")
+
+
+def test_load_policy_from_file(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump({**HEADER, "profiles": {"a": {}, "b": {"swapRatio": 1}}}))
+    policy = load_policy(path)
+    assert sorted(policy.profiles) == ["a", "b"]
+    assert policy.profiles["b"].request_ratio == Fraction(1, 2)
+    assert policy.source == str(path)
