@@ -1,0 +1,120 @@
+"""The policy ConfigMap is the SPEC §3 file, rendered from the same values as the webhooks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from chartlib import RELEASE, Chart, one, webhooks
+
+FULL_PROFILE = {
+    "swapRatio": 2,
+    "minRequest": "64Mi",
+    "maxLimitRequestRatio": 8,
+    "defaultLimit": "2Gi",
+    "guaranteedPods": "convert",
+    "resizePolicy": "RestartContainer",
+    "podSelector": {
+        "matchLabels": {"app.kubernetes.io/component": "sandbox"},
+        "matchExpressions": [{"key": "tier", "operator": "In", "values": ["a", "b"]}],
+    },
+    "placement": {
+        "mode": "required",
+        "nodeSelector": {"feature.node.kubernetes.io/memory-swap": "true"},
+        "weight": 100,
+        "tolerations": [{"key": "swap", "operator": "Exists", "effect": "NoSchedule"}],
+    },
+}
+
+CASES: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "spec-example": {
+        "profiles": {"default": None, "sandbox": FULL_PROFILE},
+        "namespaces": {"team-a": {"requestRatio": 0.25}},
+    },
+    "three": {
+        "profiles": {
+            "default": {"requestRatio": 0.33, "minRequest": 16777216},
+            "batch": {
+                "guaranteedPods": "skip",
+                "resizePolicy": "keep",
+                "placement": {"mode": "preferred", "weight": 10},
+            },
+            "ml": {"swapRatio": 1.5, "defaultLimit": "1.5Gi", "placement": {"mode": "none"}},
+        },
+    },
+}
+
+
+def _expected(policy_values: dict[str, Any]) -> dict[str, Any]:
+    profiles = {"default": {}, **policy_values.get("profiles", {})}
+    expected: dict[str, Any] = {
+        "apiVersion": "swapwise.io/v1alpha1",
+        "kind": "SwapPolicy",
+        "profiles": {k: v for k, v in profiles.items() if v is not None},
+    }
+    if policy_values.get("namespaces"):
+        expected["namespaces"] = policy_values["namespaces"]
+    return expected
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_configmap_is_the_values_policy(chart: Chart, case: str) -> None:
+    policy_values = CASES[case]
+    objs = chart.render({"policy": policy_values} if policy_values else None)
+    cm = one(objs, "ConfigMap")
+    assert cm["metadata"]["name"] == f"{RELEASE}-swapwise-policy"
+    assert list(cm["data"]) == ["policy.yaml"]
+    policy = yaml.safe_load(cm["data"]["policy.yaml"])
+    assert policy == _expected(policy_values)
+    # Same profiles, same webhook entries: they cannot drift apart.
+    names = sorted(e["name"].removesuffix(".swapwise.io") for e in webhooks(objs))
+    assert names == sorted(policy["profiles"])
+
+
+def test_configmap_invents_no_fields(chart: Chart) -> None:
+    cm = one(chart.render(), "ConfigMap")
+    assert yaml.safe_load(cm["data"]["policy.yaml"]) == {
+        "apiVersion": "swapwise.io/v1alpha1",
+        "kind": "SwapPolicy",
+        "profiles": {"default": {}},
+    }
+
+
+def test_deployment_mounts_the_configmap(chart: Chart) -> None:
+    objs = chart.render()
+    spec = one(objs, "Deployment")["spec"]["template"]["spec"]
+    (vol,) = [v for v in spec["volumes"] if v["name"] == "policy"]
+    assert vol["configMap"]["name"] == one(objs, "ConfigMap")["metadata"]["name"]
+    args = spec["containers"][0]["args"]
+    assert args[args.index("--policy") + 1] == "/etc/swapwise/policy/policy.yaml"
+
+
+def _swapwise() -> Path:
+    path = Path(sys.executable).parent / "swapwise"
+    if not path.is_file():
+        pytest.fail(f"no `swapwise` console script at {path}: install the package", pytrace=False)
+    return path
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_rendered_policy_passes_swapwise_policy_check(
+    chart: Chart, case: str, tmp_path: Path
+) -> None:
+    """The webhook's own validator accepts what the chart writes into the ConfigMap."""
+    policy_values = CASES[case]
+    cm = one(chart.render({"policy": policy_values} if policy_values else None), "ConfigMap")
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(cm["data"]["policy.yaml"])
+    proc = subprocess.run(
+        [str(_swapwise()), "policy", "check", str(policy_file)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr

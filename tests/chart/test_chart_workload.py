@@ -1,0 +1,242 @@
+"""Deployment, Service, ServiceAccount, PodDisruptionBudget, ServiceMonitor, NOTES."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from chartlib import NAMESPACE, RELEASE, REPO, Chart, all_of, container, kinds, one
+
+FULL = f"{RELEASE}-swapwise"
+SELECTOR = {
+    "app.kubernetes.io/name": "swapwise",
+    "app.kubernetes.io/instance": RELEASE,
+    "app.kubernetes.io/component": "webhook",
+}
+
+
+@pytest.fixture(scope="module")
+def objs(chart: Chart) -> list[dict[str, Any]]:
+    return chart.render()
+
+
+def _pod_spec(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    return dict(one(objs, "Deployment")["spec"]["template"]["spec"])
+
+
+def test_default_objects(objs: list[dict[str, Any]]) -> None:
+    assert sorted(kinds(objs)) == sorted(
+        [
+            "ConfigMap",
+            "Deployment",
+            "MutatingWebhookConfiguration",
+            "PodDisruptionBudget",
+            "Secret",
+            "Service",
+            "ServiceAccount",
+        ]
+    )
+    for obj in objs:
+        labels = obj["metadata"]["labels"]
+        assert labels["app.kubernetes.io/managed-by"] == "Helm"
+        assert labels["helm.sh/chart"] == "swapwise-0.1.0"
+        if obj["kind"] != "MutatingWebhookConfiguration":
+            assert obj["metadata"]["namespace"] == NAMESPACE
+
+
+def test_deployment_safe_defaults(objs: list[dict[str, Any]]) -> None:
+    dep = one(objs, "Deployment")
+    assert dep["spec"]["replicas"] == 2
+    assert dep["spec"]["selector"] == {"matchLabels": SELECTOR}
+    assert dep["spec"]["strategy"]["rollingUpdate"] == {"maxUnavailable": 0, "maxSurge": 1}
+    spec = _pod_spec(objs)
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["serviceAccountName"] == FULL
+    assert "priorityClassName" not in spec
+    (spread,) = spec["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "kubernetes.io/hostname"
+    assert spread["whenUnsatisfiable"] == "ScheduleAnyway"
+    assert spread["labelSelector"] == {"matchLabels": SELECTOR}
+    (anti,) = spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert anti["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert anti["podAffinityTerm"]["labelSelector"] == {"matchLabels": SELECTOR}
+    assert (
+        "requiredDuringSchedulingIgnoredDuringExecution" not in spec["affinity"]["podAntiAffinity"]
+    )
+
+
+def test_restricted_security_context(objs: list[dict[str, Any]]) -> None:
+    pod_sc = _pod_spec(objs)["securityContext"]
+    assert pod_sc["runAsNonRoot"] is True
+    assert pod_sc["runAsUser"] == 65532 and pod_sc["runAsGroup"] == 65532
+    assert pod_sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    sc = container(objs)["securityContext"]
+    assert sc["runAsNonRoot"] is True
+    assert sc["runAsUser"] == 65532
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert "privileged" not in sc or sc["privileged"] is False
+
+
+def test_container_args_mounts_probes(objs: list[dict[str, Any]]) -> None:
+    c = container(objs)
+    assert c["image"] == "swapwise:0.1.0"
+    assert c["args"] == [
+        "--policy",
+        "/etc/swapwise/policy/policy.yaml",
+        "--cert-dir",
+        "/etc/swapwise/tls",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8443",
+    ]
+    assert c["ports"] == [{"name": "https", "containerPort": 8443, "protocol": "TCP"}]
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    assert mounts["policy"]["mountPath"] == "/etc/swapwise/policy"
+    assert mounts["tls"]["mountPath"] == "/etc/swapwise/tls"
+    volumes = {v["name"]: v for v in _pod_spec(objs)["volumes"]}
+    assert volumes["policy"]["configMap"]["name"] == f"{FULL}-policy"
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        assert c[probe]["httpGet"] == {"path": path, "port": "https", "scheme": "HTTPS"}
+
+
+def test_graceful_rollout(objs: list[dict[str, Any]]) -> None:
+    c = container(objs)
+    assert c["lifecycle"] == {"preStop": {"sleep": {"seconds": 5}}}
+    assert _pod_spec(objs)["terminationGracePeriodSeconds"] > 5
+    res = c["resources"]
+    assert set(res["requests"]) == {"cpu", "memory"}
+    assert "memory" in res["limits"]
+
+
+def test_image_matches_dockerfile_defaults(objs: list[dict[str, Any]]) -> None:
+    """The chart passes the same arguments the image's CMD defaults to."""
+    text = (REPO / "Dockerfile").read_text()
+    cmd = re.search(r"^CMD (\[.*\])$", text, re.M)
+    assert cmd, "Dockerfile has no exec-form CMD"
+    assert json.loads(cmd.group(1)) == container(objs)["args"]
+    assert re.search(r'^ENTRYPOINT \["swapwise", "serve"\]$', text, re.M)
+    assert "USER 65532:65532" in text
+
+
+def test_image_values(chart: Chart) -> None:
+    c = container(
+        chart.render(
+            {
+                "image": {
+                    "repository": "reg.example/swapwise",
+                    "tag": "1.2.3",
+                    "pullPolicy": "Always",
+                }
+            }
+        )
+    )
+    assert c["image"] == "reg.example/swapwise:1.2.3"
+    assert c["imagePullPolicy"] == "Always"
+    digest = "sha256:" + "a" * 64
+    c = container(chart.render({"image": {"digest": digest}}))
+    assert c["image"] == f"swapwise@{digest}"
+
+
+def test_service(objs: list[dict[str, Any]]) -> None:
+    svc = one(objs, "Service")
+    assert svc["metadata"]["name"] == FULL
+    assert svc["spec"]["selector"] == SELECTOR
+    assert svc["spec"]["ports"] == [
+        {"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}
+    ]
+
+
+def test_service_account_has_no_token(objs: list[dict[str, Any]]) -> None:
+    sa = one(objs, "ServiceAccount")
+    assert sa["metadata"]["name"] == FULL
+    assert sa["automountServiceAccountToken"] is False
+
+
+def test_existing_service_account(chart: Chart) -> None:
+    objs = chart.render({"serviceAccount": {"create": False, "name": "mine"}})
+    assert not all_of(objs, "ServiceAccount")
+    assert _pod_spec(objs)["serviceAccountName"] == "mine"
+
+
+def test_pod_disruption_budget(objs: list[dict[str, Any]], chart: Chart) -> None:
+    pdb = one(objs, "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"] == {"matchLabels": SELECTOR}
+    # A single replica with minAvailable 1 would block every drain: no PDB then.
+    assert not all_of(chart.render({"replicaCount": 1}), "PodDisruptionBudget")
+    assert not all_of(
+        chart.render({"podDisruptionBudget": {"enabled": False}}), "PodDisruptionBudget"
+    )
+
+
+def test_scheduling_knobs(chart: Chart) -> None:
+    node_affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+    objs = chart.render(
+        {
+            "priorityClassName": "system-cluster-critical",
+            "affinity": node_affinity,
+            "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+            "nodeSelector": {"role": "infra"},
+        }
+    )
+    spec = _pod_spec(objs)
+    assert spec["priorityClassName"] == "system-cluster-critical"
+    assert spec["affinity"]["nodeAffinity"] == node_affinity["nodeAffinity"]
+    assert "podAntiAffinity" in spec["affinity"]  # merged, not replaced
+    assert spec["tolerations"] == [{"key": "dedicated", "operator": "Exists"}]
+    assert spec["nodeSelector"] == {"role": "infra"}
+
+    bare = _pod_spec(chart.render({"topologySpread": False, "podAntiAffinity": False}))
+    assert "topologySpreadConstraints" not in bare
+    assert "affinity" not in bare
+
+
+def test_service_monitor(chart: Chart, objs: list[dict[str, Any]]) -> None:
+    assert not all_of(objs, "ServiceMonitor")
+    values = {"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}}}
+    sm = one(chart.render(values), "ServiceMonitor")
+    assert sm["apiVersion"] == "monitoring.coreos.com/v1"
+    assert sm["metadata"]["labels"]["release"] == "prom"
+    assert sm["spec"]["selector"] == {"matchLabels": SELECTOR}
+    assert sm["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    (endpoint,) = sm["spec"]["endpoints"]
+    assert endpoint["port"] == "https"
+    assert endpoint["scheme"] == "https"
+    assert endpoint["path"] == "/metrics"
+    assert endpoint["tlsConfig"] == {
+        "serverName": f"{FULL}.{NAMESPACE}.svc",
+        "ca": {"secret": {"name": f"{FULL}-tls", "key": "ca.crt"}},
+    }
+
+
+def test_labeller_placeholder_renders_nothing(chart: Chart) -> None:
+    assert kinds(chart.render({"labeller": {"enabled": False}})) == kinds(chart.render())
+
+
+def test_notes(chart: Chart) -> None:
+    values = {"policy": {"profiles": {"default": None, "sandbox": {}, "batch": {}}}}
+    notes = chart.notes(values)
+    assert "kubectl label namespace <namespace> swapwise.io/profile=batch" in notes
+    assert "--dry-run=server" in notes
+    assert "/mutate/sandbox" in notes
+    assert f"rollout status deployment/{FULL}" in notes
+    url_notes = chart.notes({"webhook": {"url": "https://127.0.0.1:8443"}})
+    assert "OUTSIDE the cluster" in url_notes
