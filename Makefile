@@ -4,7 +4,7 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: run test lint unit e2e control-plane demo bench clean
+.PHONY: run test lint unit e2e control-plane demo clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,8 +29,15 @@ lint: venv
 unit: venv
 	SWAPWISE_SKIP_E2E=1 $(BIN)/pytest -m "not e2e"
 
+e2e: venv control-plane
+	$(BIN)/pytest -m e2e tests/e2e
+
 control-plane:
 	tests/e2e/build-control-plane.sh
+
+## A local control plane + swapwise installed by Helm + a dry-run preview of an example pod.
+demo: venv control-plane
+	$(BIN)/python -m tests.e2e.demo
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -7,9 +7,9 @@ import sys
 from collections.abc import Sequence
 
 from webhook import __version__
-from webhook.cli import certs_cmd, policy_cmd, preview, serve
+from webhook.cli import certs_cmd, label_nodes, plan, policy_cmd, preview, serve
 
-COMMANDS = (serve, preview, policy_cmd, certs_cmd)
+COMMANDS = (serve, preview, plan, policy_cmd, certs_cmd, label_nodes)
 
 
 def build_parser() -> argparse.ArgumentParser:

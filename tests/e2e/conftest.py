@@ -1,0 +1,66 @@
+"""pytest fixtures for the end-to-end tests: one real control plane per session.
+
+Set SWAPWISE_SKIP_E2E=1 to skip them; otherwise missing binaries are built first (slow once,
+cached after: see build-control-plane.sh). SWAPWISE_E2E_KEEP=1 keeps the work dir and logs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Generator, Iterator
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+if str(REPO_ROOT) not in sys.path:  # so `tests.e2e.cluster` imports under plain `pytest` too
+    sys.path.insert(0, str(REPO_ROOT))
+
+from tests.e2e.cluster import SWAP_LABEL, ControlPlane, ensure_binaries  # noqa: E402
+
+SWAP_NODES = ("swap-1", "swap-2")
+PLAIN_NODES = ("plain-1",)
+
+
+@pytest.fixture(scope="session")
+def control_plane(pytestconfig: pytest.Config) -> Iterator[ControlPlane]:
+    """etcd + kube-apiserver + scheduler + controller-manager, torn down after the session."""
+    if os.environ.get("SWAPWISE_SKIP_E2E") == "1":
+        pytest.skip("SWAPWISE_SKIP_E2E=1: end-to-end tests against a local control plane skipped")
+    # A cold build takes minutes: let its progress reach the terminal instead of the capture.
+    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+        binaries = ensure_binaries()
+    with ControlPlane(binaries) as cp:
+        yield cp
+
+
+@pytest.fixture(scope="session")
+def standard_nodes(control_plane: ControlPlane) -> dict[str, list[str]]:
+    """Two swap nodes (NFD label, 16Gi RAM + 32Gi swap) and one node without swap."""
+    for name in SWAP_NODES:
+        control_plane.create_node(
+            name,
+            memory="16Gi",
+            cpu="8",
+            labels={SWAP_LABEL: "true"},
+            swap_capacity=32 * 1024**3,
+        )
+    for name in PLAIN_NODES:
+        control_plane.create_node(name, memory="16Gi", cpu="8")
+    return {"swap": list(SWAP_NODES), "plain": list(PLAIN_NODES)}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, None]:
+    """On a failing e2e test, attach the tail of every component log to the report."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and "control_plane" in getattr(item, "fixturenames", ()):
+        cp = item.funcargs.get("control_plane")  # type: ignore[attr-defined]
+        if isinstance(cp, ControlPlane):
+            report.sections.append(("control plane logs", cp.logs()))

@@ -1,0 +1,54 @@
+"""`make demo`: a local control plane, swapwise installed by Helm, one dry-run preview.
+
+A newcomer's first look: what `kubectl apply --dry-run=server` shows for the example
+sandbox pod in an opted-in namespace. Keeps running (with kubectl instructions) until
+Ctrl-C when given --wait.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import tempfile
+import time
+from pathlib import Path
+
+from tests.e2e.cluster import PROFILE_LABEL, SWAP_LABEL, ControlPlane, ensure_binaries
+from tests.e2e.cluster import wait_for_mutation
+from tests.e2e.install import REPO_ROOT, Installation
+
+EXAMPLE = REPO_ROOT / "examples" / "sandbox-pod.yaml"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--wait", action="store_true", help="keep everything up until Ctrl-C")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="swapwise-demo-") as tmp, ControlPlane(
+        ensure_binaries()
+    ) as cp:
+        print("== control plane up: kube-apiserver", cp.server)
+        cp.create_node("swap-1", "32Gi", "8", {SWAP_LABEL: "true"}, swap_capacity=64 << 30)
+        cp.create_node("plain-1", "32Gi", "8")
+        install = Installation(cp, Path(tmp), {"sandbox": {"swapRatio": 2}})
+        install.upgrade()
+        install.start_server()
+        print(f"== helm install swapwise (webhook.url={install.values['webhook']['url']})")
+        cp.create_namespace("demo", {PROFILE_LABEL: "sandbox"})
+        wait_for_mutation(cp, "demo")
+        print(f"== kubectl label namespace demo {PROFILE_LABEL}=sandbox")
+        print(f"== kubectl apply --dry-run=server -n demo -o yaml -f {EXAMPLE.name}\n")
+        out = cp.kubectl("apply", "--dry-run=server", "-n", "demo", "-o", "yaml",
+                         "-f", str(EXAMPLE))
+        print(out.stdout)
+        print(out.stderr)
+        if args.wait:
+            print(f"export KUBECONFIG={cp.kubeconfig}; export PATH={cp.bin}:$PATH\nCtrl-C stops.")
+            with contextlib.suppress(KeyboardInterrupt):
+                while True:
+                    time.sleep(1)
+        install.stop_server()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,323 @@
+"""`swapwise label-nodes` against a real API server: labels follow reported swap capacity.
+
+Fake Nodes report `status.nodeInfo.swap.capacity` (changed through the status subresource,
+as a kubelet would); real `swapwise label-nodes` processes watch them. Each test manages a
+label key of its own, so the session's other tests keep the NFD label exactly as they set
+it, and counters can be predicted exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e.cluster import (
+    K8S_VERSION,
+    ClusterError,
+    Component,
+    ControlPlane,
+    free_port,
+    swapwise_executable,
+    wait_for,
+)
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+GI = 1024**3
+# Short election timing so takeovers take seconds (defaults: 15 / 10 / 2).
+TIMING = ["--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "0.5"]
+
+
+class LabellerProcess:
+    """One `swapwise label-nodes` process with its own metrics port and log."""
+
+    def __init__(
+        self,
+        cp: ControlPlane,
+        identity: str,
+        label: str,
+        lease: str,
+        namespace: str = "default",
+        kubeconfig: Path | None = None,
+    ) -> None:
+        self.identity = identity
+        self.port = free_port()
+        workdir = cp.workdir / "labeller"
+        workdir.mkdir(exist_ok=True)
+        argv = [
+            swapwise_executable(),
+            "label-nodes",
+            "--kubeconfig",
+            str(kubeconfig or cp.kubeconfig),
+            "--label",
+            f"{label}=true",
+            "--lease-name",
+            lease,
+            "--lease-namespace",
+            namespace,
+            "--identity",
+            identity,
+            "--metrics-host",
+            "127.0.0.1",
+            "--metrics-port",
+            str(self.port),
+            *TIMING,
+        ]
+        self.component = Component(f"labeller-{identity}", argv, workdir / f"{identity}.log")
+
+    def _get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as r:
+                return int(r.status), r.read().decode()
+        except urllib.error.HTTPError as e:
+            return int(e.code), e.read().decode()
+
+    def start(self) -> LabellerProcess:
+        self.component.start()
+
+        def ready() -> bool:
+            self.component.check_alive()
+            return self._get("/readyz")[0] == 200
+
+        wait_for(ready, 30, what=f"{self.identity} /readyz", on_timeout=self.component.tail)
+        return self
+
+    def metrics(self) -> dict[str, float]:
+        status, text = self._get("/metrics")
+        assert status == 200, text
+        values = {}
+        for line in text.splitlines():
+            if line.startswith("swapwise_labeller_"):
+                name, value = line.rsplit(" ", 1)
+                values[name] = float(value)
+        return values
+
+    def leading(self) -> bool:
+        return self.metrics()["swapwise_labeller_is_leader"] == 1.0
+
+    def stop(self) -> None:
+        self.component.stop()
+
+
+def labels(cp: ControlPlane, node: str) -> dict[str, str]:
+    return dict(cp.get_json("node", node)["metadata"].get("labels") or {})
+
+
+def set_swap(cp: ControlPlane, node: str, capacity: int | None) -> None:
+    """What a kubelet reports: through the status subresource (null removes the field)."""
+    patch = {"status": {"nodeInfo": {"swap": None if capacity is None else {"capacity": capacity}}}}
+    cp.kubectl(
+        "patch", "node", node, "--subresource=status", "--type=merge", "-p", json.dumps(patch)
+    )
+
+
+def swap_nodes(cp: ControlPlane) -> set[str]:
+    return {
+        n["metadata"]["name"]
+        for n in cp.get_json("nodes")["items"]
+        if ((n["status"].get("nodeInfo") or {}).get("swap") or {}).get("capacity", 0) > 0
+    }
+
+
+def wait_label(cp: ControlPlane, node: str, key: str, present: bool) -> None:
+    cp.wait_for(
+        lambda: (labels(cp, node).get(key) == "true") == present,
+        20,
+        what=f"label {key} {'on' if present else 'off'} node {node}",
+    )
+
+
+def lease(cp: ControlPlane, name: str, namespace: str = "default") -> dict[str, Any]:
+    spec: dict[str, Any] = cp.get_json("lease", name, "-n", namespace)["spec"]
+    return spec
+
+
+def test_label_follows_swap_capacity(control_plane: ControlPlane) -> None:
+    cp = control_plane
+    key = "e2e.swapwise.io/swap-follow"
+    cp.create_node(
+        "follow-swap", memory="16Gi", cpu="8", labels={"team": "a"}, swap_capacity=8 * GI
+    )
+    cp.create_node("follow-plain", memory="16Gi", cpu="8", labels={key: "true", "team": "b"})
+    labelled_at_start = len(swap_nodes(cp))  # every swap node in the session gets the key
+    labeller = LabellerProcess(cp, "follow", key, "labeller-follow").start()
+    try:
+        wait_label(cp, "follow-swap", key, True)
+        wait_label(cp, "follow-plain", key, False)
+        assert labels(cp, "follow-swap")["team"] == "a"  # other labels untouched
+        assert labels(cp, "follow-plain")["team"] == "b"
+
+        set_swap(cp, "follow-plain", 4 * GI)  # swap appears
+        wait_label(cp, "follow-plain", key, True)
+        # Swap turned off: the field is no longer reported. (Not capacity 0: the API server
+        # refuses 0 on create and on every later Node update, so a status write of 0 would
+        # leave a Node nobody can patch; the unit tests cover 0.)
+        set_swap(cp, "follow-swap", None)
+        wait_label(cp, "follow-swap", key, False)
+        set_swap(cp, "follow-plain", None)
+        wait_label(cp, "follow-plain", key, False)
+        assert labels(cp, "follow-swap")["team"] == "a"
+
+        metrics = labeller.metrics()
+        assert metrics["swapwise_labeller_labels_added_total"] == labelled_at_start + 1
+        # follow-plain at start, then follow-swap and follow-plain.
+        assert metrics["swapwise_labeller_labels_removed_total"] == 3
+        assert metrics["swapwise_labeller_reconcile_errors_total"] == 0
+        assert metrics["swapwise_labeller_is_leader"] == 1
+        assert lease(cp, "labeller-follow")["holderIdentity"] == "follow"
+    finally:
+        labeller.stop()
+
+
+def test_two_labellers_only_the_leader_acts_and_the_other_takes_over(
+    control_plane: ControlPlane,
+) -> None:
+    cp = control_plane
+    key = "e2e.swapwise.io/swap-elect"
+    name = "labeller-elect"
+    first = LabellerProcess(cp, "elect-1", key, name).start()
+    second = LabellerProcess(cp, "elect-2", key, name).start()
+    processes = [first, second]
+    try:
+        cp.wait_for(lambda: sum(p.leading() for p in processes) == 1, 20, what="exactly one leader")
+        leader, follower = (first, second) if first.leading() else (second, first)
+        assert lease(cp, name)["holderIdentity"] == leader.identity
+
+        cp.create_node("elect-1", memory="16Gi", cpu="8", swap_capacity=8 * GI)
+        wait_label(cp, "elect-1", key, True)
+        # For 4 s (8 retry periods) there is never a second leader, and only one acts.
+        deadline = time.monotonic() + 4
+        while time.monotonic() < deadline:
+            assert [p.leading() for p in (leader, follower)] == [True, False]
+            time.sleep(0.25)
+        swap_count = len(swap_nodes(cp))
+        assert leader.metrics()["swapwise_labeller_labels_added_total"] == swap_count
+        follower_metrics = follower.metrics()
+        assert follower_metrics["swapwise_labeller_labels_added_total"] == 0
+        assert follower_metrics["swapwise_labeller_labels_removed_total"] == 0
+
+        leader.stop()  # SIGTERM: it releases the Lease on the way out
+        cp.wait_for(follower.leading, 10, what=f"{follower.identity} to take over")
+        spec = lease(cp, name)
+        assert spec["holderIdentity"] == follower.identity
+        assert spec["leaseTransitions"] == 1
+        set_swap(cp, "elect-1", None)
+        wait_label(cp, "elect-1", key, False)
+        assert follower.metrics()["swapwise_labeller_labels_removed_total"] == 1
+    finally:
+        for process in processes:
+            process.stop()
+
+
+def _helm(cp: ControlPlane) -> Path:
+    helm = Path(os.environ.get("HELM") or cp.bin / "helm")
+    if not os.access(helm, os.X_OK):
+        raise ClusterError(f"no helm at {helm}: build it with tests/e2e/build-control-plane.sh")
+    return helm
+
+
+def test_chart_rbac_is_all_the_labeller_needs(control_plane: ControlPlane) -> None:
+    """Run under the chart's ServiceAccount: its ClusterRole and Role must be enough."""
+    cp = control_plane
+    namespace, release = "labeller-rbac", "lbl"
+    account = f"{release}-swapwise-labeller"
+    cp.create_namespace(namespace)
+    rendered = subprocess.run(
+        [
+            str(_helm(cp)),
+            "template",
+            release,
+            str(REPO / "charts" / "swapwise"),
+            "--namespace",
+            namespace,
+            "--kube-version",
+            K8S_VERSION.lstrip("v"),
+            "--set",
+            "labeller.enabled=true",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    rbac = [
+        doc
+        for doc in yaml.safe_load_all(rendered)
+        if doc
+        and doc["kind"]
+        in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+        and doc["metadata"]["name"] == account
+    ]
+    assert sorted(doc["kind"] for doc in rbac) == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "ServiceAccount",
+    ]
+    cp.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": rbac}))
+
+    subject = f"system:serviceaccount:{namespace}:{account}"
+    for verb, resource, scope, allowed in (
+        ("patch", "nodes", [], "yes"),
+        ("watch", "nodes", [], "yes"),
+        ("delete", "nodes", [], "no"),
+        ("update", "nodes", ["--subresource=status"], "no"),
+        ("update", f"leases/{account}", ["-n", namespace], "yes"),
+        ("update", "leases/other", ["-n", namespace], "no"),
+        ("create", "leases", ["-n", "default"], "no"),
+        ("list", "pods", ["-A"], "no"),
+    ):
+        answer = cp.kubectl(
+            "auth", "can-i", verb, resource, *scope, "--as", subject, check=False
+        ).stdout.strip()
+        assert answer == allowed, f"{subject} can-i {verb} {resource} {scope}: {answer}"
+
+    token = cp.kubectl("create", "token", account, "-n", namespace).stdout.strip()
+    admin = json.loads(cp.kubeconfig.read_text())
+    kubeconfig = cp.workdir / "labeller-sa.kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": admin["clusters"],
+                "users": [{"name": "labeller", "user": {"token": token}}],
+                "contexts": [
+                    {
+                        "name": "sa",
+                        "context": {
+                            "cluster": admin["clusters"][0]["name"],
+                            "user": "labeller",
+                            "namespace": namespace,
+                        },
+                    }
+                ],
+                "current-context": "sa",
+            }
+        )
+    )
+    key = "e2e.swapwise.io/swap-rbac"
+    labeller = LabellerProcess(cp, "rbac", key, account, namespace, kubeconfig).start()
+    try:
+        cp.create_node("rbac-1", memory="16Gi", cpu="8", swap_capacity=GI)
+        wait_label(cp, "rbac-1", key, True)
+        set_swap(cp, "rbac-1", None)
+        wait_label(cp, "rbac-1", key, False)
+        assert lease(cp, account, namespace)["holderIdentity"] == "rbac"
+        metrics = labeller.metrics()
+        assert metrics["swapwise_labeller_reconcile_errors_total"] == 0
+        assert metrics["swapwise_labeller_watch_restarts_total"] == 0
+        assert "forbidden" not in labeller.component.tail(200).lower()
+    finally:
+        labeller.stop()

@@ -1,0 +1,390 @@
+"""``swapwise plan`` and webhook.planner, checked against numbers computed by hand.
+
+Mi = 1048576 bytes throughout. Each expected value is worked out in the comment above it,
+so a wrong formula (swap share on allocatable, sidecars counted once, floats) fails here.
+"""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from webhook.cli import main
+from webhook.engine.pod import MalformedPod, PodView
+from webhook.planner import Node, PlanError, plan_pod, pod_request
+from webhook.policy import default_policy
+from webhook.profile import Profile
+
+MI = 1024**2
+GI = 1024**3
+DEFAULT = default_policy().profiles["default"]  # swapRatio 2 -> requestRatio 1/3
+
+
+def container(name: str, request: str | None = None, limit: str | None = None,
+              cpu: str | None = None, **extra: Any) -> dict[str, Any]:
+    resources: dict[str, Any] = {}
+    if request is not None or cpu is not None:
+        resources["requests"] = {k: v for k, v in (("memory", request), ("cpu", cpu)) if v}
+    if limit is not None:
+        resources["limits"] = {"memory": limit}
+    return {"name": name, "image": "python", "resources": resources, **extra}
+
+
+def pod(*containers: dict[str, Any], init: list[dict[str, Any]] | None = None,
+        **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"containers": list(containers), **spec}
+    if init:
+        body["initContainers"] = init
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": body}
+
+
+def guaranteed_sandbox() -> dict[str, Any]:
+    """2Gi memory and 100m CPU, requests == limits: a Guaranteed pod."""
+    app = {"name": "app", "image": "python", "resources": {
+        "requests": {"cpu": "100m", "memory": "2Gi"}, "limits": {"cpu": "100m", "memory": "2Gi"},
+    }}
+    return pod(app)
+
+
+# --------------------------------------------------------------------- the two headline cases
+
+
+def test_guaranteed_2gi_sandbox_default_profile_on_28gi_8cpu_node() -> None:
+    node = Node(memory=28 * GI, swap=56 * GI, cpu=Fraction(8))
+    result = plan_pod(guaranteed_sandbox(), DEFAULT, node)
+    (app,) = result.containers
+    # target(2Gi) = ceilMi(2048Mi / 3) = ceilMi(682.67Mi) = 683Mi; the limit stays 2Gi.
+    assert (app.request_before, app.limit_before) == (2 * GI, 2 * GI)
+    assert (app.request_after, app.limit_after) == (683 * MI, 2 * GI)
+    assert app.changed and app.swap_eligible
+    # share = 683Mi / 28Gi * 56Gi = 1366Mi; cold = 2048Mi - 683Mi = 1365Mi <= 1366Mi.
+    assert app.swap_share == 1366 * MI
+    assert app.cold == 1365 * MI
+    assert app.fits is True
+    # memory: 28672Mi // 2048Mi = 14 before, 28672Mi // 683Mi = 41 (41.98) after.
+    assert (result.before.by_memory, result.after.by_memory) == (14, 41)
+    # cpu: 8 / 0.1 = 80 either way; the kubelet's 110 pods never binds here.
+    assert (result.before.by_cpu, result.after.by_cpu) == (80, 80)
+    assert (result.before.per_node, result.after.per_node) == (14, 41)
+    assert result.before.binds == result.after.binds == ("memory",)
+    # 100 replicas: ceil(100 / 14) = 8 nodes before, ceil(100 / 41) = 3 after.
+    assert (result.before.nodes_for(100), result.after.nodes_for(100)) == (8, 3)
+    # node swap/RAM = 2; needed = 1365 / 683 (just under 2, thanks to the MiB round-up).
+    assert result.swap_ratio == 2
+    assert result.needed_swap_ratio == Fraction(1365, 683)
+    assert result.fits is True
+
+
+def test_public_benchmark_python_sandbox_100mi_2gi_on_30gi_node_with_375gi_swap() -> None:
+    node = Node(memory=30 * GI, swap=375 * GI, cpu=Fraction(8))
+    sandbox = pod(container("python", request="100Mi", limit="2Gi", cpu="100m"))
+    result = plan_pod(sandbox, DEFAULT, node)
+    (python,) = result.containers
+    # request < limit: already swap-eligible, swapwise leaves it alone.
+    assert not python.changed
+    assert result.warnings == ()
+    # share = 100Mi / 30Gi * 375Gi = 1250Mi; cold = 2048Mi - 100Mi = 1948Mi: does NOT fit.
+    assert python.swap_share == 1250 * MI
+    assert python.cold == 1948 * MI
+    assert python.fits is False
+    # node swap/RAM = 375/30 = 12.5; needed = 1948/100 = 19.48.
+    assert result.swap_ratio == Fraction(25, 2)
+    assert result.needed_swap_ratio == Fraction(1948, 100)
+    assert result.fits is False
+    # Smallest request that fits: 2048Mi / (1 + 12.5) = 151.7Mi -> 152Mi
+    # (152Mi * 12.5 = 1900Mi >= 1896Mi cold; 151Mi * 12.5 = 1887.5Mi < 1897Mi).
+    assert python.fit_request == 152 * MI
+    # memory 30720Mi // 100Mi = 307; cpu 8 / 0.1 = 80; pods 110: CPU binds first.
+    assert (result.after.by_memory, result.after.by_cpu, result.after.by_pods) == (307, 80, 110)
+    assert result.after.per_node == 80
+    assert result.after.binds == ("cpu",)
+
+
+def test_decimal_30g_node_holds_fewer_100mi_pods_than_30gi() -> None:
+    # 30G = 30e9 bytes; 30e9 // 104857600 = 286 (286.1), against 307 for 30Gi.
+    node = Node(memory=30 * 10**9, swap=375 * 10**9, cpu=Fraction(8))
+    result = plan_pod(pod(container("python", request="100Mi", limit="2Gi")), DEFAULT, node)
+    assert result.after.by_memory == 286
+    # No CPU request: CPU never limits, the kubelet's 110 pods binds.
+    assert result.after.by_cpu is None
+    assert result.after.binds == ("pods",)
+    # share = floor(104857600 * 375e9 / 30e9) = 1310720000 bytes (1250Mi, exact).
+    assert result.containers[0].swap_share == 1_310_720_000
+
+
+# --------------------------------------------------------------------------- pod requests
+
+
+def test_pod_request_counts_sidecars_started_before_each_init_container() -> None:
+    init = [
+        container("setup", request="1Gi", limit="2Gi", cpu="500m"),
+        container("proxy", request="128Mi", limit="256Mi", cpu="100m", restartPolicy="Always"),
+        container("migrate", request="512Mi", limit="1Gi", cpu="2"),
+    ]
+    view = PodView.parse(pod(container("app", request="256Mi", limit="1Gi", cpu="250m"),
+                             container("worker", request="256Mi", limit="1Gi", cpu="250m"),
+                             init=init))
+    # memory: regular + sidecar = 256 + 256 + 128 = 640Mi; init peaks: setup 1024
+    # (no sidecar yet), proxy 128, migrate 512 + 128 = 640 -> max(640, 1024) = 1024Mi.
+    assert pod_request(view, "memory") == 1024 * MI
+    # cpu: 250m + 250m + 100m = 600m; init peaks 500m, 100m, 2000m + 100m -> 2.1 cores.
+    assert pod_request(view, "cpu") == Fraction(21, 10)
+
+
+def test_pod_request_sidecar_before_the_big_init_container_adds_to_it() -> None:
+    init = [
+        container("proxy", request="128Mi", limit="256Mi", restartPolicy="Always"),
+        container("setup", request="1Gi", limit="2Gi"),
+    ]
+    view = PodView.parse(pod(container("app", request="256Mi", limit="1Gi"), init=init))
+    # setup runs next to the already-started proxy: 1024 + 128 = 1152Mi > 256 + 128.
+    assert pod_request(view, "memory") == 1152 * MI
+
+
+def test_pod_request_takes_a_missing_request_from_the_limit() -> None:
+    view = PodView.parse(pod(container("app", limit="1Gi"), container("b", request="100Mi")))
+    assert pod_request(view, "memory") == 1124 * MI
+
+
+def test_pod_level_request_replaces_the_container_sum() -> None:
+    view = PodView.parse(pod(container("app", request="256Mi", limit="1Gi"),
+                             resources={"requests": {"memory": "3Gi"}}))
+    assert pod_request(view, "memory") == 3 * GI
+
+
+# ------------------------------------------------------------------------- swap eligibility
+
+
+def test_no_swap_node_gives_no_share_and_nothing_fits() -> None:
+    node = Node(memory=16 * GI, swap=0, cpu=Fraction(4))
+    result = plan_pod(guaranteed_sandbox(), DEFAULT, node)
+    (app,) = result.containers
+    # Still reshaped (the profile does not know the node), but the share is 0.
+    assert app.request_after == 683 * MI
+    assert app.swap_share == 0
+    assert app.fits is False
+    assert app.fit_request == 2 * GI  # without swap only request == limit holds it all
+
+
+def test_skipped_critical_pod_uses_no_swap() -> None:
+    node = Node(memory=16 * GI, swap=32 * GI, cpu=Fraction(4))
+    critical = pod(container("app", request="256Mi", limit="1Gi"),
+                   priorityClassName="system-node-critical")
+    result = plan_pod(critical, DEFAULT, node)
+    assert result.skipped == "critical pod"
+    (app,) = result.containers
+    assert not app.changed and not app.swap_eligible
+    assert app.swap_share == 0 and app.fits is None
+    assert result.fits is None and result.needed_swap_ratio is None
+    assert result.before == result.after
+
+
+def test_guaranteed_skip_profile_keeps_density() -> None:
+    node = Node(memory=28 * GI, swap=56 * GI, cpu=Fraction(8))
+    result = plan_pod(guaranteed_sandbox(), Profile("p", guaranteed_pods="skip"), node)
+    assert result.skipped is not None
+    assert result.before.by_memory == result.after.by_memory == 14
+    assert result.containers[0].swap_eligible is False  # Guaranteed: no swap at all
+
+
+def test_request_only_container_has_unbounded_cold_memory() -> None:
+    node = Node(memory=16 * GI, swap=32 * GI, cpu=Fraction(4))
+    result = plan_pod(pod(container("app", request="512Mi")), DEFAULT, node)
+    (app,) = result.containers
+    # Burstable, request without limit: share 512Mi * 2 = 1Gi, cold memory unbounded.
+    assert app.swap_share == GI
+    assert app.cold is None and app.fits is None
+
+
+def test_tie_between_memory_and_cpu_reports_both() -> None:
+    # 32Gi // 1Gi = 32 and 8 / 0.25 = 32.
+    node = Node(memory=32 * GI, swap=64 * GI, cpu=Fraction(8))
+    result = plan_pod(pod(container("app", request="1Gi", limit="3Gi", cpu="250m")),
+                      DEFAULT, node)
+    assert result.after.binds == ("memory", "cpu")
+
+
+def test_allocatable_memory_limits_scheduling_but_not_the_swap_share() -> None:
+    node = Node(memory=32 * GI, swap=32 * GI, cpu=Fraction(8), allocatable_memory=30 * GI)
+    result = plan_pod(pod(container("app", request="1Gi", limit="2Gi")), DEFAULT, node)
+    assert result.after.by_memory == 30
+    assert result.containers[0].swap_share == GI  # 1Gi / 32Gi * 32Gi
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"memory": 0, "swap": 0, "cpu": Fraction(1)}, "memory"),
+    ({"memory": GI, "swap": -1, "cpu": Fraction(1)}, "swap"),
+    ({"memory": GI, "swap": 0, "cpu": Fraction(0)}, "cpu"),
+    ({"memory": GI, "swap": 0, "cpu": Fraction(1), "allocatable_memory": 2 * GI}, "allocatable"),
+    ({"memory": GI, "swap": 0, "cpu": Fraction(1), "max_pods": 0}, "max pods"),
+])
+def test_node_shape_is_validated(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(PlanError, match=message):
+        Node(**kwargs)
+
+
+def test_malformed_pod_is_an_error_not_a_plan() -> None:
+    node = Node(memory=GI, swap=GI, cpu=Fraction(1))
+    bad = pod(container("app", request="lots", limit="2Gi"))
+    with pytest.raises(MalformedPod, match="lots"):
+        plan_pod(bad, DEFAULT, node)
+
+
+# ------------------------------------------------------------------------------------ CLI
+
+MANIFESTS = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: sandbox, namespace: agents}
+spec:
+  replicas: 100
+  selector: {matchLabels: {app: sandbox}}
+  template:
+    metadata: {labels: {app: sandbox}}
+    spec:
+      containers:
+        - name: app
+          image: python
+          resources:
+            requests: {cpu: 100m, memory: 2Gi}
+            limits: {cpu: 100m, memory: 2Gi}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: ignored}
+---
+apiVersion: batch/v1
+kind: CronJob
+metadata: {name: nightly}
+spec:
+  schedule: "@daily"
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          restartPolicy: Never
+          containers:
+            - name: job
+              image: python
+              resources:
+                requests: {memory: 100Mi, cpu: 100m}
+                limits: {memory: 2Gi}
+"""
+
+NODE_28 = ["--node-memory", "28Gi", "--node-swap", "56Gi", "--node-cpu", "8"]
+
+
+@pytest.fixture
+def manifests(tmp_path: Path) -> Path:
+    path = tmp_path / "manifests.yaml"
+    path.write_text(MANIFESTS)
+    return path
+
+
+def test_cli_json_has_the_hand_computed_numbers(
+    manifests: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plan", "-f", str(manifests), *NODE_28, "-o", "json"]) == 0
+    out, err = capsys.readouterr()
+    document = json.loads(out)
+    assert document["node"] == {"memory": 28 * GI, "allocatableMemory": 28 * GI,
+                                "swap": 56 * GI, "cpu": 8.0, "maxPods": 110, "swapRatio": 2.0}
+    sandbox, nightly = document["workloads"]  # the ConfigMap is not a workload
+    assert (sandbox["kind"], sandbox["name"], sandbox["namespace"]) == (
+        "Deployment", "sandbox", "agents")
+    (app,) = sandbox["containers"]
+    assert app["before"] == {"request": 2 * GI, "limit": 2 * GI}
+    assert app["after"] == {"request": 683 * MI, "limit": 2 * GI}
+    assert (app["swapShare"], app["coldMemory"], app["fits"]) == (1366 * MI, 1365 * MI, True)
+    assert sandbox["before"]["byMemory"] == 14 and sandbox["after"]["byMemory"] == 41
+    assert sandbox["after"]["byCpu"] == 80 and sandbox["after"]["binds"] == ["memory"]
+    assert (sandbox["before"]["nodesNeeded"], sandbox["after"]["nodesNeeded"]) == (8, 3)
+    assert sandbox["swapRatio"] == {"node": 2.0, "needed": 1365 / 683, "fits": True}
+    # CronJob template: 100Mi/2Gi on swap/RAM 2: share 200Mi, cold 1948Mi, needs 683Mi.
+    (job,) = nightly["containers"]
+    assert (job["swapShare"], job["fits"], job["fitRequest"]) == (200 * MI, False, 683 * MI)
+    assert nightly["replicas"] is None and nightly["after"]["nodesNeeded"] is None
+    assert nightly["after"]["binds"] == ["cpu"]  # 80 by CPU < 110 pods < 286 by memory
+    assert "app memory request 2Gi -> 683Mi (limit 2Gi)" in err
+
+
+def test_cli_table_is_aligned_and_readable(
+    manifests: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plan", "-f", str(manifests), *NODE_28]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0] == ("node: memory 28Gi (schedulable 28Gi), swap 56Gi, cpu 8, max pods 110; "
+                        "swap/RAM 2")
+    header = next(line for line in lines if line.lstrip().startswith("CONTAINER"))
+    row = lines[lines.index(header) + 1]
+    # Columns line up: each value starts where its header starts.
+    for column, value in (("MEMORY REQUEST", "2Gi -> 683Mi"), ("SWAP SHARE", "1366Mi"),
+                          ("COLD", "1365Mi"), ("FITS", "yes")):
+        assert row.index(value) == header.index(column)
+    density = next(line for line in lines if line.lstrip().startswith("PODS/NODE"))
+    after = next(line for line in lines if line.lstrip().startswith("after"))
+    assert after.split() == ["after", "683Mi", "100m", "41", "80", "110", "41", "memory", "3"]
+    assert after.index("41") == density.index("BY MEMORY")
+    assert "no (needs request >= 683Mi)" in out
+    assert "swapRatio: node 2, needed 1.999: cold memory fits in swap" in out
+
+
+def test_cli_profile_and_policy_are_honoured(
+    tmp_path: Path, manifests: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(yaml.safe_dump({
+        "apiVersion": "swapwise.io/v1alpha1", "kind": "SwapPolicy",
+        "profiles": {"dense": {"swapRatio": 3}, "other": {}},
+    }))
+    args = ["plan", "-f", str(manifests), *NODE_28, "--policy", str(policy),
+            "--profile", "dense", "-o", "json"]
+    assert main(args) == 0
+    sandbox = json.loads(capsys.readouterr().out)["workloads"][0]
+    # swapRatio 3 -> request = ceilMi(2048Mi / 4) = 512Mi; 28672 // 512 = 56 pods.
+    assert sandbox["profile"] == "dense"
+    assert sandbox["containers"][0]["after"]["request"] == 512 * MI
+    assert sandbox["after"]["byMemory"] == 56
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--node-memory", "30Q", "--node-swap", "1Gi", "--node-cpu", "8"], "--node-memory"),
+    (["--node-memory", "0", "--node-swap", "1Gi", "--node-cpu", "8"], "node memory"),
+    (["--node-memory", "8Gi", "--node-swap=-1Gi", "--node-cpu", "8"], "node swap"),
+    (["--node-memory", "8Gi", "--node-swap", "1Gi", "--node-cpu", "eight"], "--node-cpu"),
+    ([*NODE_28, "--allocatable-memory", "64Gi"], "allocatable"),
+    ([*NODE_28, "--profile", "nope"], "unknown profile 'nope'"),
+    ([*NODE_28, "--policy", "/nonexistent/policy.yaml"], "policy"),
+])
+def test_cli_bad_input_exits_1_with_a_message(
+    manifests: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    assert main(["plan", "-f", str(manifests), *args]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("swapwise: ") and message in err
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("kind: ConfigMap\nmetadata: {name: x}\n", "no Pod, Deployment"),
+    ("a: [unclosed\n", "not valid YAML"),
+    (yaml.safe_dump(pod(container("app", request="lots"))), "Pod/p: "),
+])
+def test_cli_unusable_manifests_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str
+) -> None:
+    path = tmp_path / "in.yaml"
+    path.write_text(text)
+    assert main(["plan", "-f", str(path), *NODE_28]) == 1
+    assert message in capsys.readouterr().err
+
+
+def test_cli_missing_file_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "-f", "/nonexistent.yaml", *NODE_28]) == 1
+    assert "cannot read /nonexistent.yaml" in capsys.readouterr().err

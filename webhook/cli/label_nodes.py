@@ -1,0 +1,73 @@
+"""``swapwise label-nodes``: the controller that keeps the swap label true to the nodes."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from webhook.cli.common import fail
+from webhook.profile import SWAP_LABEL
+
+
+def register(subcommands: Any) -> None:
+    parser = subcommands.add_parser(
+        "label-nodes",
+        help="label exactly the nodes that report swap capacity (controller, leader-elected)",
+    )
+    parser.add_argument("--kubeconfig",
+                        help="kubeconfig file (default: in-cluster, else $KUBECONFIG or "
+                             "~/.kube/config)")
+    parser.add_argument("--label", default=f"{SWAP_LABEL}=true",
+                        help=f"label to manage, key=value (default {SWAP_LABEL}=true)")
+    parser.add_argument("--lease-name", default="swapwise-labeller",
+                        help="Lease for leader election (default swapwise-labeller)")
+    parser.add_argument("--lease-namespace",
+                        help="namespace of the Lease (default: the kubeconfig's or the pod's)")
+    parser.add_argument("--identity", help="leader election identity (default hostname_pid)")
+    parser.add_argument("--metrics-host", default="0.0.0.0",
+                        help="listen address for /healthz, /readyz, /metrics (default 0.0.0.0)")
+    parser.add_argument("--metrics-port", type=int, default=8080,
+                        help="plain-HTTP port for /healthz, /readyz, /metrics (default 8080)")
+    parser.add_argument("--lease-duration", type=float, default=15.0,
+                        help="seconds a non-renewed Lease stays valid (default 15)")
+    parser.add_argument("--renew-deadline", type=float, default=10.0,
+                        help="seconds the leader keeps acting without a renewal (default 10)")
+    parser.add_argument("--retry-period", type=float, default=2.0,
+                        help="seconds between acquire/renew attempts (default 2)")
+    parser.add_argument("--resync", type=float, default=300.0,
+                        help="seconds between full re-checks of every node (default 300)")
+    parser.add_argument("--log-level", default="info",
+                        choices=["debug", "info", "warning", "error"])
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    # The Kubernetes client is only needed by this command: import it here.
+    from webhook.labeller.labels import Label, LabelError
+    from webhook.labeller.lease import Timing
+    from webhook.labeller.run import LabellerOptions, default_identity, serve
+
+    if not 0 < args.metrics_port < 65536:
+        return fail(f"--metrics-port {args.metrics_port} is out of range")
+    if args.resync <= 0:
+        return fail("--resync must be greater than zero")
+    try:
+        options = LabellerOptions(
+            kubeconfig=args.kubeconfig,
+            label=Label.parse(args.label),
+            lease_name=args.lease_name,
+            lease_namespace=args.lease_namespace,
+            identity=args.identity or default_identity(),
+            host=args.metrics_host,
+            port=args.metrics_port,
+            timing=Timing(args.lease_duration, args.renew_deadline, args.retry_period),
+            resync_seconds=args.resync,
+            log_level=args.log_level,
+        )
+    except (LabelError, ValueError) as exc:
+        return fail(f"label-nodes: {exc}")
+    try:
+        serve(options)
+    except Exception as exc:  # e.g. no kubeconfig: say so instead of a traceback
+        return fail(f"label-nodes: {exc}")
+    return 0

@@ -1,0 +1,300 @@
+"""``swapwise plan``: what will swapwise do to my density, on this node shape?
+
+Reads manifests like ``preview`` (same profile choice, same engine), then prints per
+workload the memory before/after, each container's swap share and whether its cold
+memory fits it, and pods per node by memory, CPU and max pods, before and after. The math
+lives in :mod:`webhook.planner`; this module only reads input and formats output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, TextIO
+
+from webhook.cli.common import CommandError, fail, policy_from
+from webhook.cli.preview import choose_profile, read_documents
+from webhook.engine.pod import MalformedPod
+from webhook.planner import DEFAULT_MAX_PODS, ContainerPlan, Density, Node, PlanError, PodPlan
+from webhook.planner import plan_pod as plan_one_pod
+from webhook.policy import Policy
+from webhook.quantity import MI, QuantityError, format_bytes, parse_bytes, parse_quantity
+from webhook.workloads import Workload, find_workload, iter_objects
+
+REPLICATED = ("Deployment", "StatefulSet", "ReplicaSet")
+
+
+def register(subcommands: Any) -> None:
+    parser = subcommands.add_parser(
+        "plan", help="pods per node before and after reshaping, on a given node shape"
+    )
+    parser.add_argument("-f", "--filename", required=True, help="YAML file, or - for stdin")
+    parser.add_argument("--node-memory", required=True,
+                        help="node memory capacity, e.g. 30Gi (swap shares divide by it)")
+    parser.add_argument("--node-swap", required=True, help="node swap capacity, e.g. 375Gi")
+    parser.add_argument("--node-cpu", required=True, help="node allocatable CPU, e.g. 8 or 7910m")
+    parser.add_argument("--allocatable-memory",
+                        help="memory the scheduler may hand out (default: --node-memory)")
+    parser.add_argument("--max-pods", type=int, default=DEFAULT_MAX_PODS,
+                        help=f"kubelet maxPods (default {DEFAULT_MAX_PODS})")
+    parser.add_argument("--policy", help="policy file (default: built-in policy)")
+    parser.add_argument("--profile", help="profile (may be omitted with a one-profile policy)")
+    parser.add_argument("--namespace", "-n", help="namespace, for per-namespace overrides")
+    parser.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    parser.set_defaults(func=run)
+
+
+@dataclass(frozen=True)
+class WorkloadPlan:
+    workload: Workload
+    profile: str
+    pod: PodPlan
+
+    @property
+    def replicas(self) -> int | None:
+        """Pods a replicated workload asks for; None for the others (a DaemonSet runs one
+        per node, a Pod or Job is not planned in nodes)."""
+        if self.workload.kind in REPLICATED:
+            return self.workload.replicas
+        return None
+
+
+def _quantity(flag: str, value: str, parse: Any) -> Any:
+    try:
+        return parse(value)
+    except QuantityError as exc:
+        raise CommandError(f"{flag}: {exc}") from None
+
+
+def node_from(args: argparse.Namespace) -> Node:
+    allocatable = args.allocatable_memory
+    try:
+        return Node(
+            memory=_quantity("--node-memory", args.node_memory, parse_bytes),
+            swap=_quantity("--node-swap", args.node_swap, parse_bytes),
+            cpu=_quantity("--node-cpu", args.node_cpu, parse_quantity),
+            allocatable_memory=(
+                _quantity("--allocatable-memory", allocatable, parse_bytes)
+                if allocatable is not None else None
+            ),
+            max_pods=args.max_pods,
+        )
+    except PlanError as exc:
+        raise CommandError(str(exc)) from None
+
+
+def plan(
+    documents: list[Any], policy: Policy, profile_name: str | None, namespace: str | None,
+    node: Node,
+) -> list[WorkloadPlan]:
+    plans: list[WorkloadPlan] = []
+    for obj in iter_objects(documents):
+        workload = find_workload(obj)
+        if workload is None:
+            continue
+        profile = choose_profile(policy, profile_name, namespace or workload.namespace)
+        pod = workload.pod()
+        assert pod is not None  # find_workload only returns workloads with a pod
+        try:
+            result = plan_one_pod(pod, profile, node, daemonset=workload.daemonset or None)
+        except MalformedPod as exc:
+            raise CommandError(f"{workload.ref}: {exc}") from None
+        plans.append(WorkloadPlan(workload, profile.name, result))
+    if not plans:
+        raise CommandError("no Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet, Job or "
+                           "CronJob found in the input")
+    return plans
+
+
+# ------------------------------------------------------------------------------ table
+
+
+def _size(value: int | None) -> str:
+    if value is None:
+        return "-"
+    return format_bytes(value) if value % MI == 0 else f"{value / MI:.1f}Mi"
+
+
+def _ratio(value: Fraction | None) -> str:
+    if value is None:
+        return "-"
+    return f"{float(value):.3f}".rstrip("0").rstrip(".")
+
+
+def _cores(value: Fraction) -> str:
+    return _ratio(value) if value >= 1 or not value else f"{math.ceil(value * 1000)}m"
+
+
+def _count(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def _align(rows: list[list[str]], indent: str = "  ") -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [indent + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+            for row in rows]
+
+
+def _change(before: int | None, after: int | None) -> str:
+    return _size(after) if before == after else f"{_size(before)} -> {_size(after)}"
+
+
+def _fits(container: ContainerPlan) -> str:
+    if not container.swap_eligible:
+        return "no swap"
+    if container.fits is None:
+        return "no limit"
+    if container.fits:
+        return "yes"
+    return f"no (needs request >= {_size(container.fit_request)})"
+
+
+def _density_row(label: str, density: Density, replicas: int | None) -> list[str]:
+    nodes = density.nodes_for(replicas) if replicas is not None else None
+    return [
+        label, _size(density.memory_request), _cores(density.cpu_request),
+        _count(density.by_memory), _count(density.by_cpu), str(density.by_pods),
+        str(density.per_node), ",".join(density.binds),
+        _count(nodes) if replicas is not None else "-",
+    ]
+
+
+def _verdict(result: PodPlan) -> str:
+    node = f"swapRatio: node {_ratio(result.swap_ratio)}"
+    needed = result.needed_swap_ratio
+    if needed is None:
+        return f"{node}; no container uses swap on this node"
+    if result.fits:
+        return f"{node}, needed {_ratio(needed)}: cold memory fits in swap"
+    return (f"{node}, needed {_ratio(needed)}: cold memory does NOT fit; raise the requests "
+            "marked above, or use a node with more swap")
+
+
+def render_table(node: Node, plans: list[WorkloadPlan]) -> str:
+    lines = [
+        f"node: memory {_size(node.memory)} (schedulable {_size(node.schedulable_memory)}), "
+        f"swap {_size(node.swap)}, cpu {_cores(node.cpu)}, max pods {node.max_pods}; "
+        f"swap/RAM {_ratio(node.swap_ratio)}",
+    ]
+    for item in plans:
+        result = item.pod
+        head = f"{item.workload.ref}"
+        if item.workload.namespace:
+            head += f" -n {item.workload.namespace}"
+        head += f"  profile {item.profile}"
+        if item.replicas is not None:
+            head += f"  replicas {item.replicas}"
+        if result.skipped:
+            head += f"  (left unchanged: {result.skipped})"
+        lines += ["", head]
+        rows = [["CONTAINER", "KIND", "MEMORY REQUEST", "LIMIT", "SWAP SHARE", "COLD", "FITS"]]
+        for c in result.containers:
+            rows.append([
+                c.name, c.kind, _change(c.request_before, c.request_after),
+                _change(c.limit_before, c.limit_after), _size(c.swap_share) if c.swap_share
+                else "-", _size(c.cold), _fits(c),
+            ])
+        lines += _align(rows)
+        rows = [["PODS/NODE", "MEMORY", "CPU", "BY MEMORY", "BY CPU", "BY PODS", "PER NODE",
+                 "BINDS", "NODES"]]
+        rows.append(_density_row("before", result.before, item.replicas))
+        rows.append(_density_row("after", result.after, item.replicas))
+        lines += ["", *_align(rows)]
+        lines.append(f"  {_verdict(result)}")
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------- json
+
+
+def _density_json(density: Density, replicas: int | None) -> dict[str, Any]:
+    return {
+        "memoryRequest": density.memory_request,
+        "cpuRequest": float(density.cpu_request),
+        "byMemory": density.by_memory,
+        "byCpu": density.by_cpu,
+        "byPods": density.by_pods,
+        "perNode": density.per_node,
+        "binds": list(density.binds),
+        "nodesNeeded": density.nodes_for(replicas) if replicas is not None else None,
+    }
+
+
+def _float(value: Fraction | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def render_json(node: Node, plans: list[WorkloadPlan]) -> str:
+    """Bytes as integers, CPU in cores, ratios as floats: for scripts."""
+    workloads = []
+    for item in plans:
+        result = item.pod
+        workloads.append({
+            "kind": item.workload.kind,
+            "name": item.workload.name,
+            "namespace": item.workload.namespace,
+            "profile": item.profile,
+            "replicas": item.replicas,
+            "skipped": result.skipped,
+            "warnings": list(result.warnings),
+            "containers": [
+                {
+                    "name": c.name,
+                    "kind": c.kind,
+                    "before": {"request": c.request_before, "limit": c.limit_before},
+                    "after": {"request": c.request_after, "limit": c.limit_after},
+                    "changed": c.changed,
+                    "swapEligible": c.swap_eligible,
+                    "swapShare": c.swap_share,
+                    "coldMemory": c.cold,
+                    "fits": c.fits,
+                    "fitRequest": c.fit_request,
+                    "neededSwapRatio": _float(c.needed_swap_ratio),
+                }
+                for c in result.containers
+            ],
+            "before": _density_json(result.before, item.replicas),
+            "after": _density_json(result.after, item.replicas),
+            "swapRatio": {
+                "node": float(result.swap_ratio),
+                "needed": _float(result.needed_swap_ratio),
+                "fits": result.fits,
+            },
+        })
+    document = {
+        "node": {
+            "memory": node.memory,
+            "allocatableMemory": node.schedulable_memory,
+            "swap": node.swap,
+            "cpu": float(node.cpu),
+            "maxPods": node.max_pods,
+            "swapRatio": float(node.swap_ratio),
+        },
+        "workloads": workloads,
+    }
+    return json.dumps(document, indent=2) + "\n"
+
+
+def _print_warnings(plans: list[WorkloadPlan], out: TextIO) -> None:
+    for item in plans:
+        for message in item.pod.warnings:
+            print(f"Warning: {item.workload.ref}: {message}", file=out)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        node = node_from(args)
+        policy = policy_from(args.policy)
+        if args.profile is not None:
+            choose_profile(policy, args.profile, None)  # fail fast on a typo
+        plans = plan(read_documents(args.filename), policy, args.profile, args.namespace, node)
+    except CommandError as exc:
+        return fail(str(exc))
+    _print_warnings(plans, sys.stderr)
+    render = render_json if args.output == "json" else render_table
+    sys.stdout.write(render(node, plans))
+    return 0

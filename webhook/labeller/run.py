@@ -1,0 +1,107 @@
+"""Wiring for ``swapwise label-nodes``: client, elector, controller and health server.
+
+Shutdown order matters: on SIGTERM the elector releases the Lease first (so the other
+replica takes over within a retry period instead of a lease duration), then the watch
+and the health server stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+from dataclasses import dataclass, field
+
+from webhook.labeller.controller import Labeller
+from webhook.labeller.health import create_app, health_server
+from webhook.labeller.kube import KubeLeaseStore, KubeNodes, make_client
+from webhook.labeller.labels import DEFAULT_LABEL, Label
+from webhook.labeller.lease import Elector, Timing
+from webhook.labeller.metrics import LabellerMetrics
+from webhook.server.logs import configure, get_logger
+
+log = get_logger("labeller")
+
+
+def default_identity() -> str:
+    """Unique per process: the pod name (hostname) and the pid."""
+    return f"{socket.gethostname()}_{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class LabellerOptions:
+    kubeconfig: str | None = None
+    label: Label = DEFAULT_LABEL
+    lease_name: str = "swapwise-labeller"
+    lease_namespace: str | None = None  # default: the client's namespace (in-cluster: own)
+    identity: str = field(default_factory=default_identity)
+    host: str = "0.0.0.0"  # probes and scrapes come to the pod IP
+    port: int = 8080
+    timing: Timing = field(default_factory=Timing)
+    resync_seconds: float = 300.0
+    log_level: str = "info"
+
+
+async def run_labeller(options: LabellerOptions, stop: asyncio.Event) -> None:
+    client = make_client(options.kubeconfig)
+    namespace = options.lease_namespace or client.namespace
+    metrics = LabellerMetrics()
+    elector: Elector | None = None
+
+    def leading() -> bool:
+        return elector is not None and elector.leading()
+
+    labeller = Labeller(KubeNodes(client), options.label, metrics, leading,
+                        options.resync_seconds)
+    elector = Elector(KubeLeaseStore(client, options.lease_name, namespace), options.identity,
+                      options.timing, on_change=labeller.on_leadership)
+    server = health_server(create_app(metrics, lambda: labeller.synced, leading),
+                           options.host, options.port)
+    log.info("starting", extra={
+        "label": str(options.label), "identity": options.identity,
+        "lease": f"{namespace}/{options.lease_name}", "metrics": f"{options.host}:{options.port}",
+    })
+    serving = asyncio.create_task(server.serve(), name="http")
+    workers = [
+        asyncio.create_task(labeller.watch_loop(stop), name="watch"),
+        asyncio.create_task(labeller.reconcile_loop(stop), name="reconcile"),
+    ]
+    electing = asyncio.create_task(elector.run(stop), name="elector")
+    stopping = asyncio.create_task(stop.wait())
+    try:
+        done, _ = await asyncio.wait([stopping, serving, electing, *workers],
+                                     return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            if task is not stopping and task.exception() is not None:
+                log.error("task failed", extra={"task": task.get_name()},
+                          exc_info=task.exception())
+    finally:
+        stop.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(electing, options.timing.retry_period + 5)  # releases
+        for task in [*workers, stopping]:
+            task.cancel()
+        await asyncio.gather(*workers, stopping, return_exceptions=True)
+        server.should_exit = True
+        with contextlib.suppress(Exception):
+            await serving
+        await client.close()
+        log.info("stopped", extra={"identity": options.identity})
+
+
+async def _main(options: LabellerOptions) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await run_labeller(options, stop)
+
+
+def serve(options: LabellerOptions) -> None:
+    configure(options.log_level)
+    # One INFO line per HTTP request (lease renewals every retry period) drowns the log.
+    logging.getLogger("httpx2").setLevel(max(logging.WARNING, logging.getLogger().level))
+    asyncio.run(_main(options))
