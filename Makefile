@@ -4,7 +4,7 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: run test lint unit e2e control-plane demo clean
+.PHONY: run test lint unit e2e control-plane demo bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,13 @@ control-plane:
 ## A local control plane + swapwise installed by Helm + a dry-run preview of an example pod.
 demo: venv control-plane
 	$(BIN)/python -m tests.e2e.demo
+
+## Benchmarks (figures printed; see BENCHMARKS.md). Needs wrk and h2load
+## (apt-get install wrk nghttp2-client); the API-server run needs the control plane.
+bench: venv control-plane
+	@command -v wrk >/dev/null && command -v h2load >/dev/null || \
+	  { echo "bench needs wrk and h2load: apt-get install wrk nghttp2-client"; exit 1; }
+	$(BIN)/python -m benchmarks
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -8,10 +8,10 @@ it testable without a socket and shareable with the benchmarks.
 from __future__ import annotations
 
 import base64
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook import codec
 from webhook.engine import Mutation, mutate_pod
 from webhook.engine.warnings import warning
 from webhook.policy import Policy
@@ -70,8 +70,7 @@ def review_response(
     response: dict[str, Any] = {"uid": uid, "allowed": True}
     if mutation is not None and mutation.patch:
         response["patchType"] = "JSONPatch"
-        patch = json.dumps(mutation.patch, separators=(",", ":")).encode()
-        response["patch"] = base64.b64encode(patch).decode("ascii")
+        response["patch"] = base64.b64encode(codec.dumps(mutation.patch)).decode("ascii")
     if warnings:
         response["warnings"] = warnings
     return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}

@@ -11,6 +11,7 @@ import math
 import re
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
+from functools import lru_cache
 
 MI = 1024 * 1024
 
@@ -44,6 +45,15 @@ def parse_quantity(value: object) -> Fraction:
         return Fraction(Decimal(repr(value)))
     if not isinstance(value, str):
         raise QuantityError(f"{value!r} is not a quantity")
+    return parse_text(value)
+
+
+# A cluster writes the same few quantities over and over ("2Gi", "500m"), and every
+# admission parses each container's requests and limits: caching the exact (immutable)
+# Fractions removes most of the engine's cost. Errors are not cached; size is bounded.
+@lru_cache(maxsize=4096)
+def parse_text(value: str) -> Fraction:
+    """The exact value of a quantity written as text (what parse_quantity does for str)."""
     match = _QUANTITY.match(value) if len(value) <= 64 else None
     if match is None:
         raise QuantityError(f"{value!r} is not a valid quantity (e.g. 512Mi, 2Gi, 1.5G, 2e9)")
@@ -67,10 +77,11 @@ def parse_bytes(value: object) -> int:
 
 
 def ceil_mi(value: Fraction | int) -> int:
-    """Round up to a whole MiB, in bytes."""
-    return math.ceil(Fraction(value) / MI) * MI
+    """Round up to a whole MiB, in bytes (integer arithmetic: exact, and no Fractions)."""
+    return -(-value.numerator // (value.denominator * MI)) * MI
 
 
+@lru_cache(maxsize=1024)  # a few distinct values per cluster; called twice per change
 def format_bytes(value: int) -> str:
     """Canonical text for a byte count: ``683Mi``, ``2Gi``, ``64M``, ``1500``.
 

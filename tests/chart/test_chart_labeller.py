@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import kubernetes_validate
 import pytest
 from chartlib import Chart, all_of, kinds, one
-
-import kubernetes_validate
 
 
 def test_off_by_default(chart: Chart) -> None:

@@ -13,8 +13,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.e2e.cluster import PROFILE_LABEL, SWAP_LABEL, ControlPlane, ensure_binaries
-from tests.e2e.cluster import wait_for_mutation
+from tests.e2e.cluster import (
+    PROFILE_LABEL,
+    SWAP_LABEL,
+    ControlPlane,
+    ensure_binaries,
+    wait_for_mutation,
+)
 from tests.e2e.install import REPO_ROOT, Installation
 
 EXAMPLE = REPO_ROOT / "examples" / "sandbox-pod.yaml"

@@ -26,6 +26,26 @@ def register(subcommands: Any) -> None:
     parser.add_argument("--port", type=int, default=8443, help="listen port (default 8443)")
     parser.add_argument("--log-level", default="info",
                         choices=["debug", "info", "warning", "error"])
+    limits = parser.add_argument_group(
+        "processes, connections and timeouts (defaults suit production; see BENCHMARKS.md)")
+    limits.add_argument("--workers", type=int, default=1,
+                        help="worker processes sharing the port, one core each (default 1)")
+    limits.add_argument("--max-connections", type=int, default=1000,
+                        help="open connections per worker before answering 503 (default 1000)")
+    limits.add_argument("--keep-alive-timeout", type=int, default=120, metavar="SECONDS",
+                        help="close idle keep-alive connections after this; keep it above the "
+                             "API server's 90 s (default 120)")
+    limits.add_argument("--request-timeout", type=float, default=10.0, metavar="SECONDS",
+                        help="time to receive a whole request, from its first byte (or from "
+                             "connecting) to the end of its body; then 408 (default 10)")
+    limits.add_argument("--handshake-timeout", type=float, default=10.0, metavar="SECONDS",
+                        help="time for a TLS handshake (default 10)")
+    limits.add_argument("--write-timeout", type=float, default=30.0, metavar="SECONDS",
+                        help="cut a client that has not read its answer for this long "
+                             "(default 30)")
+    limits.add_argument("--drain-seconds", type=float, default=5.0, metavar="SECONDS",
+                        help="after SIGTERM, keep answering (with Connection: close) this long "
+                             "before closing the port (default 5)")
     parser.set_defaults(func=run)
 
 
@@ -51,6 +71,12 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 < args.port < 65536:
         return fail(f"--port {args.port} is out of range")
+    if args.workers < 1 or args.max_connections < 1:
+        return fail("--workers and --max-connections must be at least 1")
+    timeouts = (args.keep_alive_timeout, args.request_timeout, args.handshake_timeout,
+                args.write_timeout)
+    if min(timeouts) <= 0 or args.drain_seconds < 0:
+        return fail("timeouts must be positive and --drain-seconds not negative")
     try:
         cert, key = _certificate(args)
         options = ServeOptions(
@@ -58,6 +84,10 @@ def run(args: argparse.Namespace) -> int:
             policy=Path(args.policy) if args.policy else None,
             client_ca=Path(args.client_ca) if args.client_ca else None,
             host=args.host, port=args.port, log_level=args.log_level,
+            workers=args.workers, max_connections=args.max_connections,
+            keep_alive_seconds=args.keep_alive_timeout, request_timeout=args.request_timeout,
+            handshake_timeout=args.handshake_timeout, write_timeout=args.write_timeout,
+            drain_seconds=args.drain_seconds,
         )
         serve(options)
     except (ValueError, PolicyError, CertificateError, OSError) as exc:

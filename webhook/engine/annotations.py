@@ -11,6 +11,8 @@ from webhook.engine.resources import ContainerChange
 
 PROFILE_ANNOTATION = "swapwise.io/profile"
 ORIGINAL_ANNOTATION = "swapwise.io/original"
+# One encoder for every call: json.dumps with options builds a new one each time.
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
 
 
 def _original(view: PodView, changes: list[ContainerChange]) -> str | None:
@@ -33,7 +35,7 @@ def _original(view: PodView, changes: list[ContainerChange]) -> str | None:
         merged.setdefault(change.container.name, change.original)
     if merged == recorded and previous is not None:
         return None
-    return json.dumps(merged, separators=(",", ":"))
+    return _COMPACT.encode(merged)
 
 
 def annotation_ops(

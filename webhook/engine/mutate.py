@@ -62,6 +62,10 @@ def _qos(view: PodView, changes: list[ContainerChange]) -> str:
 
 def uses_swap(view: PodView, changes: list[ContainerChange]) -> bool:
     """Will the kubelet give at least one container of the resulting pod swap?"""
+    if changes and view.spec.get("resources") is None:
+        # Shortcut, same answer: a changed container ends with 0 < request < limit, which
+        # makes a pod without pod-level resources Burstable, and that container eligible.
+        return True
     if _qos(view, changes) != "Burstable":
         return False
     changed = {change.container.path for change in changes}

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from webhook.engine.pod import PodView, as_dict, as_list
-from webhook.engine.pointer import PatchOp, add
+from webhook.engine.pointer import PatchOp, add, replace
 from webhook.profile import Placement
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
@@ -54,13 +54,15 @@ def _required_ops(spec: dict[str, Any], wanted: list[dict[str, Any]]) -> list[Pa
         return [_nest(base, chain[depth:], [{"matchExpressions": wanted}])]
     ops: list[PatchOp] = []
     base = f"/spec/affinity/nodeAffinity/{REQUIRED}/nodeSelectorTerms"
-    for index, term in enumerate(terms):
-        term = as_dict(term, "nodeSelectorTerms[]")
+    for index, raw in enumerate(terms):
+        term = as_dict(raw, "nodeSelectorTerms[]")
         existing = as_list(term.get("matchExpressions"), "matchExpressions")
         missing = [e for e in wanted if not _has(existing, e)]
         if not missing:
             continue
-        if existing:
+        if raw is None:  # a null term reads as empty; it has no members to add to
+            ops.append(replace(f"{base}/{index}", {"matchExpressions": missing}))
+        elif existing:
             ops.extend(add(f"{base}/{index}/matchExpressions/-", e) for e in missing)
         else:
             ops.append(add(f"{base}/{index}/matchExpressions", missing))

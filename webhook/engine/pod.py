@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal
 
-from webhook.quantity import QuantityError, parse_quantity
+from webhook.quantity import QuantityError, parse_quantity, parse_text
 
 ContainerKind = Literal["init", "sidecar", "container"]
 Resources = dict[str, Fraction]
@@ -46,14 +46,19 @@ def as_list(value: Any, where: str) -> list[Any]:
 
 def _quantities(resources: dict[str, Any], field: str, where: str) -> Resources:
     """The cpu/memory entries of ``resources[field]``, parsed exactly."""
-    values = as_dict(resources.get(field), f"{where}.{field}")
+    values = resources.get(field)
+    if values is None:
+        return {}
+    if type(values) is not dict:
+        values = as_dict(values, f"{where}.{field}")
     parsed: Resources = {}
     for name in QOS_RESOURCES:
         raw = values.get(name)
         if raw is None:
             continue
         try:
-            parsed[name] = parse_quantity(raw)
+            # Strings (nearly always) go straight to the cache; the rest is checked first.
+            parsed[name] = parse_text(raw) if type(raw) is str else parse_quantity(raw)
         except QuantityError as exc:
             raise MalformedPod(f"{where}.{field}.{name}: {exc}") from exc
     return parsed
@@ -99,22 +104,25 @@ class PodView:
         for field in ("initContainers", "containers"):
             for index, raw in enumerate(as_list(spec.get(field), f"spec.{field}")):
                 where = f"spec.{field}[{index}]"
-                container = as_dict(raw, where)
+                container = raw if type(raw) is dict else as_dict(raw, where)
                 name = container.get("name")
                 if not isinstance(name, str) or not name:
                     raise MalformedPod(f"{where}.name must be a non-empty string")
-                resources = as_dict(container.get("resources"), f"{where}.resources")
+                resources = container.get("resources")
+                if type(resources) is not dict:
+                    resources = as_dict(resources, f"{where}.resources")
                 kind: ContainerKind = "container"
                 if field == "initContainers":
                     kind = "sidecar" if container.get("restartPolicy") == "Always" else "init"
+                where = f"{where}.resources"
                 containers.append(
                     ContainerView(
                         path=f"/spec/{field}/{index}",
                         kind=kind,
                         name=name,
                         raw=container,
-                        requests=_quantities(resources, "requests", f"{where}.resources"),
-                        limits=_quantities(resources, "limits", f"{where}.resources"),
+                        requests=_quantities(resources, "requests", where),
+                        limits=_quantities(resources, "limits", where),
                     )
                 )
         return cls(
@@ -160,19 +168,26 @@ def qos_class(
     when set, replace them. Missing requests are taken from limits: the API server
     defaults them before any webhook runs, and ``preview`` must reason about that pod.
     """
-    requests: Resources = {}
-    limits: Resources = {}
+    # Sums are exact either way; values are summed as ints in nano-units when whole (nearly
+    # always), because Fraction arithmetic dominated the cost of an admission.
+    requests: dict[str, Fraction | int] = {}
+    limits: dict[str, Fraction | int] = {}
     guaranteed = True
     for unit_requests, unit_limits in [pod_level] if pod_level is not None else units:
-        for name, value in {**unit_limits, **unit_requests}.items():
-            if value > 0:
-                requests[name] = requests.get(name, Fraction(0)) + value
-        found = set()
+        # A missing request counts as its limit; a Fraction's denominator is positive.
+        positive_limits = 0
         for name, value in unit_limits.items():
-            if value > 0:
-                found.add(name)
-                limits[name] = limits.get(name, Fraction(0)) + value
-        if not found.issuperset(QOS_RESOURCES):
+            if value.numerator > 0:
+                scaled = _exact(value)
+                limits[name] = limits.get(name, 0) + scaled
+                if name in QOS_RESOURCES:
+                    positive_limits += 1
+                if name not in unit_requests:
+                    requests[name] = requests.get(name, 0) + scaled
+        for name, value in unit_requests.items():
+            if value.numerator > 0:
+                requests[name] = requests.get(name, 0) + _exact(value)
+        if positive_limits < len(QOS_RESOURCES):
             guaranteed = False
     if not requests and not limits:
         return "BestEffort"
@@ -180,3 +195,20 @@ def qos_class(
     if guaranteed and len(requests) == len(limits) and same:
         return "Guaranteed"
     return "Burstable"
+
+
+NANO = 10**9  # the finest quantity suffix is n: nearly every value is whole in nano-units
+
+
+def _exact(value: Fraction) -> Fraction | int:
+    """``value`` * 10**9, as an int when that is whole (cheaper to add and compare).
+
+    Every sum and comparison in :func:`qos_class` is scaled alike, so results are exact.
+    """
+    scaled = value.numerator * NANO
+    denominator = value.denominator
+    if denominator == 1:
+        return scaled
+    if scaled % denominator == 0:
+        return scaled // denominator
+    return Fraction(scaled, denominator)

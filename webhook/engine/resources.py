@@ -13,7 +13,7 @@ from webhook.engine.pod import ContainerView, PodView, as_dict
 from webhook.engine.pointer import PatchOp, add, set_member
 from webhook.engine.warnings import warning
 from webhook.profile import Profile
-from webhook.quantity import ceil_mi, format_bytes
+from webhook.quantity import MI, format_bytes
 
 
 @dataclass(frozen=True)
@@ -27,10 +27,14 @@ class ContainerChange:
 
 def target(limit: int, profile: Profile) -> int:
     """Request that lets the cold memory (limit - request) fit the container's swap share."""
-    candidates = [profile.min_request, ceil_mi(limit * profile.request_ratio)]
-    if profile.max_limit_request_ratio is not None:
-        candidates.append(ceil_mi(limit / profile.max_limit_request_ratio))
-    return max(candidates)
+    # ceilMi(limit * n/d) in integer arithmetic: exact, without building Fractions.
+    ratio = profile.request_ratio
+    request = max(profile.min_request,
+                  -(-(limit * ratio.numerator) // (ratio.denominator * MI)) * MI)
+    cap = profile.max_limit_request_ratio
+    if cap is not None:  # ceilMi(limit / (n/d)) = ceilMi(limit * d/n)
+        request = max(request, -(-(limit * cap.denominator) // (cap.numerator * MI)) * MI)
+    return request
 
 
 def _written(container: ContainerView) -> dict[str, str]:

@@ -1,8 +1,23 @@
-"""Prometheus metrics (SPEC §5), on a registry of their own so tests stay isolated."""
+"""Prometheus metrics (SPEC §5), on a registry of their own so tests stay isolated.
+
+With ``serve --workers N`` a scrape reaches whichever worker accepts the connection, so
+per-process numbers would jump around between scrapes. Workers therefore share their
+samples through prometheus_client's multiprocess mode (one mmap file per worker in a
+directory the parent creates, see ``webhook/server/workers.py``), and every worker's
+``/metrics`` shows the sum over all of them: counters and histograms add up, gauges show
+the most recent value written by a live worker.
+"""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+from prometheus_client import values as prometheus_values
+from prometheus_client.multiprocess import MultiProcessCollector
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 # `_created` series double the output and no dashboard uses them.
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -14,7 +29,12 @@ LATENCY_BUCKETS = (
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, multiprocess_dir: Path | None = None) -> None:
+        self.multiprocess_dir = multiprocess_dir
+        if multiprocess_dir is not None:
+            # Values are chosen when a metric is created: mmap-backed ones from here on.
+            os.environ[MULTIPROC_ENV] = str(multiprocess_dir)
+            prometheus_values.ValueClass = prometheus_values.MultiProcessValue()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
             "swapwise_admission_requests",
@@ -50,6 +70,7 @@ class Metrics:
             "swapwise_certificate_expiry_timestamp_seconds",
             "Expiry (Unix time) of the serving certificate in use.",
             registry=self.registry,
+            multiprocess_mode="livemostrecent",
         )
         # Export reload series at zero from the start, so alerts on increase() work.
         for result in ("success", "failure"):
@@ -59,4 +80,13 @@ class Metrics:
             "swapwise_policy_profiles",
             "Profiles in the policy in use.",
             registry=self.registry,
+            multiprocess_mode="livemostrecent",
         )
+
+    def exposition(self) -> CollectorRegistry:
+        """The registry to serve on /metrics: this process's, or the sum of all workers'."""
+        if self.multiprocess_dir is None:
+            return self.registry
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=str(self.multiprocess_dir))  # type: ignore[no-untyped-call]
+        return registry

@@ -1,0 +1,78 @@
+"""The connection protocol's bookkeeping, driven directly with a fake transport.
+
+What a real socket cannot show deterministically: which timers still hold a connection
+(and its TLS buffers) after the client is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import uvicorn
+from uvicorn.server import ServerState
+
+from tests.reliability.support import InProcess, review_json
+from webhook.server.protocol import GuardedHttpToolsProtocol
+
+
+class FakeTransport(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = b""
+        self.closing = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.written += bytes(data)
+
+    def close(self) -> None:
+        self.closing = True
+
+    def abort(self) -> None:
+        self.closing = True
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"peername": ("127.0.0.1", 5000), "sockname": ("127.0.0.1", 8443)}.get(
+            name, default)
+
+
+async def _connection_after_answer(lost: Exception | None) -> GuardedHttpToolsProtocol:
+    harness = InProcess()
+    config = uvicorn.Config(harness.app, http="httptools", lifespan="off", log_config=None)
+    config.load()
+    protocol = GuardedHttpToolsProtocol(config=config, server_state=ServerState(),
+                                        app_state={})
+    transport = FakeTransport()
+    protocol.connection_made(transport)
+    body = json.dumps(review_json()).encode()
+    protocol.data_received(b"POST /mutate/default HTTP/1.1\r\nHost: x\r\n"
+                           b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    for _ in range(100):
+        if protocol.cycle is not None and protocol.cycle.response_complete:
+            break
+        await asyncio.sleep(0.01)
+    assert transport.written.startswith(b"HTTP/1.1 200")
+    assert protocol.timeout_keep_alive_task is not None  # idle, kept alive
+    protocol.connection_lost(lost)
+    return protocol
+
+
+def test_a_reset_connection_releases_its_timers() -> None:
+    protocol = asyncio.run(_connection_after_answer(ConnectionResetError()))
+    assert protocol.timeout_keep_alive_task is None
+    assert protocol._request_timer is None and protocol._write_timer is None
+
+
+def test_a_closed_connection_releases_its_timers() -> None:
+    protocol = asyncio.run(_connection_after_answer(None))
+    assert protocol.timeout_keep_alive_task is None
