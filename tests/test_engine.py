@@ -73,7 +73,8 @@ def test_limit_only_arrives_as_guaranteed_and_gets_a_request() -> None:
     result, _ = apply(pod(container(limit="2Gi", cpu=None)), DEFAULT)
     assert memory(result) == {"request": "683Mi", "limit": "2Gi"}
     original = json.loads(result["metadata"]["annotations"]["swapwise.io/original"])
-    assert original == {"app": {"limit": "2Gi"}}
+    # The API server defaults the request from the limit; the annotation says so too.
+    assert original == {"app": {"request": "2Gi", "limit": "2Gi"}}
 
 
 def test_limit_only_without_resources_requests_object() -> None:

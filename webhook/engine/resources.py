@@ -38,12 +38,16 @@ def target(limit: int, profile: Profile) -> int:
 
 
 def _written(container: ContainerView) -> dict[str, str]:
+    """The memory request/limit as written; a missing request reads as the limit, as the
+    API server defaults it, so ``preview`` records what the server would."""
     resources = as_dict(container.raw.get("resources"), container.name)
     original: dict[str, str] = {}
     for key, field in (("request", "requests"), ("limit", "limits")):
         value = as_dict(resources.get(field), field).get("memory")
         if value is not None:
             original[key] = str(value)
+    if "limit" in original:
+        original = {"request": original.get("request", original["limit"]), **original}
     return original
 
 
@@ -89,8 +93,7 @@ def describe(change: ContainerChange) -> str:
     if change.limit_added:
         limit = format_bytes(change.limit)
         return warning(f"{name} memory limit {limit} (defaultLimit), request {request}")
-    limit = change.original["limit"]
-    before = change.original.get("request", limit)
+    limit, before = change.original["limit"], change.original["request"]
     return warning(f"{name} memory request {before} -> {request} (limit {limit})")
 
 
