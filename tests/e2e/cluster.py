@@ -695,6 +695,15 @@ class ControlPlane:
         )
         return created
 
+    def run_until_interrupted(self) -> None:
+        """Print how to reach this cluster by hand, then keep it up until Ctrl-C."""
+        print(f"export KUBECONFIG={self.kubeconfig}\nexport PATH={self.bin}:$PATH")
+        print(f"component logs: {self.workdir}/*.log; Ctrl-C stops everything")
+        with contextlib.suppress(KeyboardInterrupt):
+            while True:
+                time.sleep(1)
+                self.check_alive()
+
     def wait_for(
         self,
         predicate: Callable[[], T | None],
@@ -933,12 +942,7 @@ def main() -> None:
         for name in ("swap-1", "swap-2"):
             cp.create_node(name, "16Gi", "8", {SWAP_LABEL: "true"}, swap_capacity=32 << 30)
         cp.create_node("plain-1", "16Gi", "8")
-        print(f"export KUBECONFIG={cp.kubeconfig}\nexport PATH={cp.bin}:$PATH")
-        print(f"component logs: {cp.workdir}/*.log; Ctrl-C stops everything")
-        with contextlib.suppress(KeyboardInterrupt):
-            while True:
-                time.sleep(1)
-                cp.check_alive()
+        cp.run_until_interrupted()
 
 
 if __name__ == "__main__":

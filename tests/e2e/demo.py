@@ -8,9 +8,7 @@ Ctrl-C when given --wait.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import tempfile
-import time
 from pathlib import Path
 
 from tests.e2e.cluster import (
@@ -48,10 +46,7 @@ def main() -> None:
         print(out.stdout)
         print(out.stderr)
         if args.wait:
-            print(f"export KUBECONFIG={cp.kubeconfig}; export PATH={cp.bin}:$PATH\nCtrl-C stops.")
-            with contextlib.suppress(KeyboardInterrupt):
-                while True:
-                    time.sleep(1)
+            cp.run_until_interrupted()
         install.stop_server()
 
 
