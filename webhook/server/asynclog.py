@@ -6,7 +6,8 @@ file or pipe behind stderr stalls (page-cache writeback, a slow log collector): 
 request queued behind it waits too. Measured at 2,000 admissions/s on one worker, that
 was the p99 (24 ms with lines written in the loop, 2-3 ms with them queued; see
 BENCHMARKS.md). The queue is bounded: if the writer cannot keep up, lines are dropped
-(and counted on stderr) rather than admissions delayed.
+(and counted on stderr) rather than admissions delayed. Enqueueing is reentrant, so
+logging from a signal handler cannot deadlock against an interrupted log call.
 
 Forking (``serve --workers``) is handled: the writer thread stops before a fork and a
 fresh one starts in the parent and in each child. Exit flushes what is queued.
@@ -30,14 +31,21 @@ class _Enqueue(logging.handlers.QueueHandler):
 
     dropped = 0
 
+    def __init__(self, records: queue.SimpleQueue[logging.LogRecord]) -> None:
+        super().__init__(records)
+        self.records = records
+
     def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
         return record  # formatted by the real handler, in the writer thread
 
     def enqueue(self, record: logging.LogRecord) -> None:
-        try:
-            self.queue.put_nowait(record)
-        except queue.Full:
+        # SimpleQueue.put is reentrant: a signal handler that logs (SIGTERM starts the
+        # drain) may interrupt a put on the same thread; queue.Queue would deadlock on
+        # its own lock there. qsize() is approximate, which is all the bound needs.
+        if self.records.qsize() >= QUEUE_SIZE:
             _Enqueue.dropped += 1
+        else:
+            self.records.put_nowait(record)
 
 
 class _State:
@@ -55,7 +63,7 @@ def start() -> None:
         _State.handlers = [h for h in root.handlers if not isinstance(h, _Enqueue)]
         atexit.register(stop)
         os.register_at_fork(before=stop, after_in_parent=start, after_in_child=start)
-    log_queue: queue.Queue[logging.LogRecord] = queue.Queue(QUEUE_SIZE)
+    log_queue: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
     _State.enqueue = _Enqueue(log_queue)
     root.handlers[:] = [_State.enqueue]
     _State.listener = logging.handlers.QueueListener(
