@@ -1,4 +1,4 @@
-"""JSON in and out of the admission path: orjson when installed, the stdlib otherwise.
+"""JSON in and out of the admission path: orjson, with the stdlib for what it refuses.
 
 Parsing the AdmissionReview was a third of an admission's cost with the stdlib; orjson
 parses it ~3x faster and is stricter in ways that only refuse what the API server never
@@ -11,26 +11,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
-orjson: Any
-try:
-    import orjson
-except ImportError:  # pragma: no cover - orjson is a dependency; this keeps tools working
-    orjson = None
+import orjson
 
 
 def loads(data: bytes) -> Any:
-    """Parse JSON; every malformed input raises ValueError (RecursionError for depth)."""
-    if orjson is not None:
-        return orjson.loads(data)
-    return json.loads(data)
+    """Parse JSON; every malformed input raises ValueError (orjson.JSONDecodeError)."""
+    return orjson.loads(data)
 
 
 def dumps(value: Any) -> bytes:
     """Compact JSON. Falls back to the stdlib for what orjson refuses (e.g. deep nesting)."""
-    if orjson is not None:
-        try:
-            result: bytes = orjson.dumps(value)
-            return result
-        except TypeError:  # orjson.JSONEncodeError
-            pass
-    return json.dumps(value, separators=(",", ":")).encode()
+    try:
+        result: bytes = orjson.dumps(value)
+        return result
+    except TypeError:  # orjson.JSONEncodeError
+        return json.dumps(value, separators=(",", ":")).encode()

@@ -289,13 +289,22 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     return build_policy(document, source)
 
 
+def parse_policy_bytes(data: bytes, source: str = "<policy>") -> Policy:
+    """A policy file's content, as read from disk (UTF-8)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PolicyError(source, [f"(file): {exc}"]) from None
+    return parse_policy(text, source)
+
+
 def load_policy(path: str | Path) -> Policy:
     """Read and validate a policy file; raises :class:`PolicyError` with field paths."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        data = Path(path).read_bytes()
+    except OSError as exc:
         raise PolicyError(str(path), [f"(file): {exc}"]) from None
-    return parse_policy(text, str(path))
+    return parse_policy_bytes(data, str(path))
 
 
 def default_policy() -> Policy:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import watchfiles
 
-from webhook.policy import Policy, PolicyError, default_policy, load_policy
+from webhook.policy import Policy, PolicyError, default_policy, parse_policy_bytes
 from webhook.server.logs import get_logger
 from webhook.server.metrics import Metrics
 from webhook.server.tls import CertificateError, CertificateStore
@@ -24,41 +24,51 @@ log = get_logger("reload")
 
 
 class PolicyStore:
-    """The policy in use. Swapping one reference keeps in-flight requests consistent."""
+    """The policy in use. Swapping one reference keeps in-flight requests consistent.
+
+    Each load reads the file once and parses those same bytes, so the digest that
+    decides "changed?" always belongs to the policy it describes.
+    """
 
     def __init__(self, path: Path | None, metrics: Metrics) -> None:
         self.path = path
         self.metrics = metrics
         self._digest = ""
-        self.policy: Policy = default_policy() if path is None else self._read()
+        self.policy: Policy = default_policy()
+        if path is not None:  # a bad file at start-up is an error (PolicyError)
+            self._digest, data = self._read()
+            self.policy = self._parse(self._digest, data)
         metrics.policy_profiles.set(len(self.policy.profiles))
 
-    def _read(self) -> Policy:
+    def _read(self) -> tuple[str, bytes | None]:
+        """(digest, content); an unreadable file has a digest of its error and no content."""
         assert self.path is not None
-        data = self.path.read_bytes() if self.path.exists() else b""
-        policy = load_policy(self.path)
-        self._digest = hashlib.sha256(data).hexdigest()
-        return policy
+        try:
+            data = self.path.read_bytes()
+        except OSError as exc:
+            return f"unreadable: {exc}", None
+        return hashlib.sha256(data).hexdigest(), data
+
+    def _parse(self, digest: str, data: bytes | None) -> Policy:
+        if data is None:
+            raise PolicyError(str(self.path), [f"(file): {digest}"])
+        return parse_policy_bytes(data, str(self.path))
 
     def reload(self) -> bool:
         """Re-read the file if it changed; a bad file keeps the last good policy."""
         if self.path is None:
             return False
-        try:
-            digest = hashlib.sha256(self.path.read_bytes()).hexdigest()
-        except OSError as exc:
-            digest = f"unreadable: {exc}"
+        digest, data = self._read()
         if digest == self._digest:
             return False
+        self._digest = digest  # report a bad file once, not on every event
         try:
-            policy = load_policy(self.path)
+            policy = self._parse(digest, data)
         except PolicyError as exc:
-            self._digest = digest  # report a bad file once, not on every event
             self.metrics.policy_reloads.labels("failure").inc()
             log.error("policy reload refused, keeping the last good policy",
                       extra={"path": str(self.path), "errors": exc.errors})
             return False
-        self._digest = digest
         self.policy = policy
         self.metrics.policy_reloads.labels("success").inc()
         self.metrics.policy_profiles.set(len(policy.profiles))

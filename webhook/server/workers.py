@@ -30,7 +30,6 @@ from prometheus_client import multiprocess
 
 from webhook.server import asynclog
 from webhook.server.logs import get_logger
-from webhook.server.metrics import MULTIPROC_ENV
 from webhook.server.run import ServeOptions, serve_socket
 
 log = get_logger("workers")
@@ -60,7 +59,6 @@ class Supervisor:
         self.metrics_dir = Path(tempfile.mkdtemp(prefix="swapwise-metrics-"))
 
     def run(self) -> None:
-        os.environ[MULTIPROC_ENV] = str(self.metrics_dir)
         previous = {sig: signal.signal(sig, self._on_signal)
                     for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
