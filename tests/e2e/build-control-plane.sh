@@ -5,7 +5,8 @@
 # The versions come from the committed helper modules under tests/e2e/gomod/ (go.mod + go.sum),
 # so a clean machine reproduces exactly this build.
 #
-# Usage: tests/e2e/build-control-plane.sh [BINARY...]   (default: all six)
+# Usage: tests/e2e/build-control-plane.sh [BINARY...]   (default: all six; `kubelet`, for the
+#        real-node tests under tests/node/, only when named)
 #   SWAPWISE_K8S_BIN   output dir (default ~/.cache/swapwise/k8s/<k8s version>/bin)
 #   SWAPWISE_GO_P      go build -p (default 2)
 # A second run builds nothing: each binary has a stamp (hash of its helper module, ldflags and
@@ -54,13 +55,13 @@ helm_ldflags() {
 spec() {
   case $1 in
     etcd) echo "etcd|go.etcd.io/etcd/server/v3|-s -w|--version|etcd Version: ${etcd_version#v}" ;;
-    kube-apiserver | kube-scheduler | kube-controller-manager)
+    kube-apiserver | kube-scheduler | kube-controller-manager | kubelet)
       echo "kubernetes|k8s.io/kubernetes/cmd/$1|$(k8s_ldflags)|--version|Kubernetes $k8s_version" ;;
     kubectl)
       echo "kubernetes|k8s.io/kubernetes/cmd/kubectl|$(k8s_ldflags)|version --client|Client Version: $k8s_version" ;;
     helm)
       echo "helm|helm.sh/helm/v3/cmd/helm|$(helm_ldflags)|version --template={{.Version}}|$helm_version" ;;
-    *) echo "unknown binary '$1' (known: ${all[*]})" >&2; return 1 ;;
+    *) echo "unknown binary '$1' (known: ${all[*]} kubelet)" >&2; return 1 ;;
   esac
 }
 

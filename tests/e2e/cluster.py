@@ -332,6 +332,7 @@ class ControlPlane:
         self.pki = self.workdir / "pki"
         self.etcd_url = ""
         self._ssl: ssl.SSLContext | None = None
+        self._ca: _CA | None = None
 
     # -- lifecycle
 
@@ -375,7 +376,7 @@ class ControlPlane:
         """CA, API server serving cert, admin client cert, service-account signing key."""
         pki = self.pki
         pki.mkdir(exist_ok=True)
-        ca = _CA()
+        ca = self._ca = _CA()
         (pki / "ca.crt").write_bytes(_pem_cert(ca.cert))
         (pki / "ca.key").write_bytes(_pem_key(ca.key))
         crt, key = ca.issue(
@@ -406,6 +407,16 @@ class ControlPlane:
         ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
         ctx.load_cert_chain(pki / "admin.crt", pki / "admin.key")
         self._ssl = ctx
+
+    def issue_client_cert(self, name: str, common_name: str, *groups: str) -> tuple[Path, Path]:
+        """A client certificate from the cluster CA (e.g. a kubelet's ``system:node:N``)."""
+        if self._ca is None:
+            raise ClusterError("the control plane has not been started")
+        crt, key = self._ca.issue(common_name, organizations=groups)
+        paths = self.pki / f"{name}.crt", self.pki / f"{name}.key"
+        paths[0].write_bytes(crt)
+        paths[1].write_bytes(key)
+        return paths
 
     def _component(self, name: str, argv: list[str]) -> Component:
         c = Component(name, argv, self.workdir / f"{name}.log")
@@ -470,6 +481,11 @@ class ControlPlane:
                 "--disable-admission-plugins=TaintNodesByCondition",
                 # Default admission plugins already include MutatingAdmissionWebhook,
                 # LimitRanger, ResourceQuota, ServiceAccount, Priority, ...
+                # Real kubelets (tests/node) serve logs, configz and metrics; reach them by
+                # InternalIP (a node's hostname resolves nowhere here) as a cluster admin.
+                f"--kubelet-client-certificate={pki / 'admin.crt'}",
+                f"--kubelet-client-key={pki / 'admin.key'}",
+                "--kubelet-preferred-address-types=InternalIP",
             ],
         )
         self._write_kubeconfig()
