@@ -1,34 +1,50 @@
-"""The labeller's logic without a cluster: label decisions, lease rules, the reconcile loop.
+"""The labeller's logic without a cluster: swap-node verdicts, lease rules, the reconcile loop.
 
 The API server is replaced by in-memory fakes that keep its contract (resourceVersion
-preconditions, 409 on a stale write, merge-patch semantics for labels), and time by a
-fake clock, so election timing is exact rather than slept.
+preconditions, 409 on a stale write, merge-patch semantics for labels and annotations,
+a node proxy that can fail), and time by a fake clock, so election timing and kubelet
+read backoff are exact rather than slept.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import datetime as dt
 import os
+import re
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
+from lightkube import AsyncClient, KubeConfig
 from prometheus_client import generate_latest
 from starlette.testclient import TestClient
 
 from webhook.cli import main
-from webhook.labeller.controller import Labeller
+from webhook.labeller.controller import Labeller, error_text
 from webhook.labeller.health import create_app
+from webhook.labeller.kube import KubeletConfigError, KubeNodes
+from webhook.labeller.kubelet import KubeletConfigCache
 from webhook.labeller.labels import (
+    BEHAVIOR_LABEL,
     DEFAULT_LABEL,
+    SWAP_NODE_ANNOTATION,
+    ConfigzError,
     Label,
-    LabelChange,
     LabelError,
+    NodeChange,
+    Reason,
+    Source,
+    Verdict,
+    configz_swap_behavior,
+    declared_behavior,
     desired_change,
+    judge,
     swap_capacity,
 )
 from webhook.labeller.lease import (
@@ -48,14 +64,34 @@ SWAP = "feature.node.kubernetes.io/memory-swap"
 T0 = dt.datetime(2026, 1, 1, 12, 0, 0, 1, tzinfo=dt.UTC)
 
 
+GI4 = 4294963200  # a swap capacity as a kubelet reports it (not a round number)
+KUBELET_SWAP = {"kubeletconfig": {"memorySwap": {"swapBehavior": "LimitedSwap"}}}
+KUBELET_NOSWAP = {"kubeletconfig": {"memorySwap": {"swapBehavior": "NoSwap"}}}
+
+
 def node(name: str, capacity: Any = None, labels: dict[str, str] | None = None,
-         info: bool = True) -> dict[str, Any]:
+         info: bool = True, declared: str | None = None,
+         annotations: dict[str, str] | None = None, boot: str = "b1") -> dict[str, Any]:
+    """A Node dict; ``declared`` sets the swapwise.io/swap-behavior label."""
     status: dict[str, Any] = {}
     if info:
-        status["nodeInfo"] = {"kubeletVersion": "v1.34.4"}
+        status["nodeInfo"] = {"kubeletVersion": "v1.34.4", "bootID": boot}
         if capacity is not None:
             status["nodeInfo"]["swap"] = {"capacity": capacity}
-    return {"metadata": {"name": name, "labels": dict(labels or {})}, "status": status}
+    all_labels = dict(labels or {})
+    if declared is not None:
+        all_labels[BEHAVIOR_LABEL] = declared
+    metadata: dict[str, Any] = {"name": name, "labels": all_labels}
+    if annotations is not None:
+        metadata["annotations"] = dict(annotations)
+    return {"metadata": metadata, "status": status}
+
+
+def change(n: dict[str, Any], label: Label = DEFAULT_LABEL, source: Source = "declared",
+           behavior: str | None = None) -> NodeChange | None:
+    """The change a node needs; ``declared`` reads its label, ``kubelet`` uses ``behavior``."""
+    known = declared_behavior(n) if source == "declared" else behavior
+    return desired_change(n, judge(n, known, source, "HTTP 502"), label)
 
 
 # ------------------------------------------------------------------------------ labels
@@ -88,38 +124,221 @@ def test_swap_capacity_of_a_node_without_status_is_zero() -> None:
     assert swap_capacity(node("n", info=False)) == 0
 
 
-def test_swap_node_without_label_gets_it_and_only_it() -> None:
-    change = desired_change(node("a", 8 * 2**30, {"team": "x"}), DEFAULT_LABEL)
-    assert change == LabelChange("a", "add", {"metadata": {"labels": {SWAP: "true"}}})
+DECLARED_SOURCE = "(source: node label swapwise.io/swap-behavior)"
+
+
+@pytest.mark.parametrize(("capacity", "source", "behavior", "swap", "reason", "message"), [
+    (GI4, "kubelet", "LimitedSwap", True, Reason.LIMITED_SWAP,
+     "true: kubelet swapBehavior LimitedSwap, swap capacity 4294963200 bytes "
+     "(source: kubelet configz)"),
+    (GI4, "declared", "LimitedSwap", True, Reason.LIMITED_SWAP,
+     f"true: declared swapBehavior LimitedSwap, swap capacity 4294963200 bytes "
+     f"{DECLARED_SOURCE}"),
+    (GI4, "kubelet", "NoSwap", False, Reason.SWAP_BEHAVIOR_NO_SWAP,
+     "false: kubelet swapBehavior NoSwap (source: kubelet configz)"),
+    (GI4, "kubelet", "", False, Reason.SWAP_BEHAVIOR_NO_SWAP,
+     "false: kubelet swapBehavior unset, the default NoSwap (source: kubelet configz)"),
+    (GI4, "declared", "NoSwap", False, Reason.SWAP_BEHAVIOR_NO_SWAP,
+     f"false: declared swapBehavior NoSwap {DECLARED_SOURCE}"),
+    (GI4, "declared", None, False, Reason.SWAP_BEHAVIOR_UNDECLARED,
+     "false: swap capacity 4294963200 bytes but swapBehavior undeclared (set node label "
+     "swapwise.io/swap-behavior=LimitedSwap where the kubelet runs it)"),
+    (GI4, "declared", "limitedswap", False, Reason.SWAP_BEHAVIOR_UNKNOWN,
+     f"false: declared swapBehavior 'limitedswap' is neither LimitedSwap nor NoSwap "
+     f"{DECLARED_SOURCE}"),
+    (GI4, "declared", "", False, Reason.SWAP_BEHAVIOR_UNKNOWN,
+     f"false: declared swapBehavior '' is neither LimitedSwap nor NoSwap {DECLARED_SOURCE}"),
+    (GI4, "kubelet", "UnlimitedSwap", False, Reason.SWAP_BEHAVIOR_UNKNOWN,
+     "false: kubelet swapBehavior 'UnlimitedSwap' is neither LimitedSwap nor NoSwap "
+     "(source: kubelet configz)"),
+    (GI4, "kubelet", None, None, Reason.KUBELET_CONFIG_UNAVAILABLE,
+     "unknown: kubelet configz not readable: HTTP 502"),
+    # Capacity first: a node without swap is never a swap node, whatever its kubelet says.
+    (0, "kubelet", "LimitedSwap", False, Reason.NO_SWAP_CAPACITY,
+     "false: no swap capacity reported (status.nodeInfo.swap.capacity)"),
+    (None, "kubelet", None, False, Reason.NO_SWAP_CAPACITY,
+     "false: no swap capacity reported (status.nodeInfo.swap.capacity)"),
+    (None, "declared", "LimitedSwap", False, Reason.NO_SWAP_CAPACITY,
+     "false: no swap capacity reported (status.nodeInfo.swap.capacity)"),
+])
+def test_every_reason_and_its_message(capacity: int | None, source: Source,
+                                      behavior: str | None, swap: bool | None,
+                                      reason: Reason, message: str) -> None:
+    assert judge(node("n", capacity), behavior, source, "HTTP 502") == Verdict(
+        swap, reason, message)
+
+
+def test_a_huge_foreign_behaviour_is_cut_short_in_the_message() -> None:
+    verdict = judge(node("n", GI4), "L" * 1_000_000, "kubelet")
+    assert verdict.reason is Reason.SWAP_BEHAVIOR_UNKNOWN
+    assert verdict.message.startswith("false: kubelet swapBehavior 'LLLL")
+    assert len(verdict.message) < 200
+
+
+def test_declared_behavior_reads_only_a_string_label() -> None:
+    assert declared_behavior(node("n", declared="LimitedSwap")) == "LimitedSwap"
+    assert declared_behavior(node("n")) is None
+    assert declared_behavior({"metadata": {"labels": {BEHAVIOR_LABEL: 1}}}) is None
+    assert declared_behavior({"metadata": {"labels": None}}) is None
+
+
+@pytest.mark.parametrize(("payload", "expected"), [
+    (KUBELET_SWAP, "LimitedSwap"),
+    (KUBELET_NOSWAP, "NoSwap"),
+    ({"kubeletconfig": {"memorySwap": {"swapBehavior": ""}}}, ""),
+    ({"kubeletconfig": {"memorySwap": {}}}, ""),
+    ({"kubeletconfig": {"memorySwap": None}}, ""),
+    ({"kubeletconfig": {"memorySwap": {"swapBehavior": None}}}, ""),
+    ({"kubeletconfig": {"failSwapOn": False}}, ""),
+    ({"kubeletconfig": {"memorySwap": {"swapBehavior": "x" * 100_000}}}, "x" * 100_000),
+])
+def test_configz_swap_behavior_reads_what_the_kubelet_writes(payload: Any, expected: str) -> None:
+    assert configz_swap_behavior(payload) == expected
+
+
+@pytest.mark.parametrize("payload", [
+    None, [], "LimitedSwap", 1, True, [KUBELET_SWAP], {},
+    {"kubeletConfig": {"memorySwap": {"swapBehavior": "LimitedSwap"}}},  # wrong case
+    {"kubeletconfig": None}, {"kubeletconfig": []}, {"kubeletconfig": "LimitedSwap"},
+    {"kubeletconfig": {"memorySwap": "LimitedSwap"}},
+    {"kubeletconfig": {"memorySwap": ["LimitedSwap"]}},
+    {"kubeletconfig": {"memorySwap": {"swapBehavior": 1}}},
+    {"kubeletconfig": {"memorySwap": {"swapBehavior": True}}},
+    {"kubeletconfig": {"memorySwap": {"swapBehavior": ["LimitedSwap"]}}},
+    {"kubeletconfig": {"memorySwap": {"swapBehavior": {"mode": "LimitedSwap"}}}},
+    {"kubeletconfig": {"memorySwap": {"swapBehavior": 10**400}}},
+])
+def test_configz_of_another_shape_is_an_error_not_noswap(payload: Any) -> None:
+    # Reading an unknown shape as NoSwap would strip labels on a proxy or version hiccup.
+    with pytest.raises(ConfigzError):
+        configz_swap_behavior(payload)
+
+
+def test_swap_node_gets_label_and_annotation_in_one_patch_and_nothing_else() -> None:
+    got = change(node("a", 8 * 2**30, {"team": "x"}, declared="LimitedSwap"))
+    assert got is not None and got.label == "add"
+    assert got.patch == {"metadata": {
+        "labels": {SWAP: "true"},
+        "annotations": {SWAP_NODE_ANNOTATION: got.verdict.message},
+    }}
+    assert got.verdict.message.startswith("true: declared swapBehavior LimitedSwap")
 
 
 def test_swap_node_with_wrong_value_is_corrected() -> None:
-    change = desired_change(node("a", 1, {SWAP: "false"}), DEFAULT_LABEL)
-    assert change is not None and change.action == "add"
+    got = change(node("a", 1, {SWAP: "false"}, declared="LimitedSwap"))
+    assert got is not None and got.label == "add"
+    assert got.patch["metadata"]["labels"] == {SWAP: "true"}
 
 
-def test_labelled_swap_node_needs_nothing() -> None:
-    assert desired_change(node("a", 1, {SWAP: "true"}), DEFAULT_LABEL) is None
+def test_a_node_with_the_right_label_and_annotation_needs_nothing() -> None:
+    first = change(node("a", 1, {SWAP: "true"}, declared="LimitedSwap"))
+    assert first is not None and first.label == "keep"  # only the annotation is missing
+    assert first.patch == {"metadata": {"annotations": {
+        SWAP_NODE_ANNOTATION: first.verdict.message}}}
+    done = node("a", 1, {SWAP: "true"}, declared="LimitedSwap",
+                annotations={SWAP_NODE_ANNOTATION: first.verdict.message})
+    assert change(done) is None
 
 
-@pytest.mark.parametrize("capacity", [0, None])
-def test_node_whose_swap_went_away_loses_the_label(capacity: int | None) -> None:
-    change = desired_change(node("b", capacity, {SWAP: "true", "team": "x"}), DEFAULT_LABEL)
+def test_a_stale_annotation_alone_is_rewritten() -> None:
+    n = node("a", 1, {SWAP: "true"}, declared="LimitedSwap",
+             annotations={SWAP_NODE_ANNOTATION: "false: old news", "other": "kept"})
+    got = change(n)
+    assert got is not None and got.label == "keep"
+    assert list(got.patch["metadata"]) == ["annotations"]
+    assert list(got.patch["metadata"]["annotations"]) == [SWAP_NODE_ANNOTATION]
+
+
+@pytest.mark.parametrize(("capacity", "declared"), [
+    (0, "LimitedSwap"), (None, "LimitedSwap"), (GI4, None), (GI4, "NoSwap"), (GI4, "bogus"),
+])
+def test_a_labelled_node_that_is_not_a_swap_node_loses_the_label(
+    capacity: int | None, declared: str | None
+) -> None:
+    got = change(node("b", capacity, {SWAP: "true", "team": "x"}, declared=declared))
+    assert got is not None and got.label == "remove"
     # JSON merge patch: null deletes this key; other labels are not in the patch at all.
-    assert change == LabelChange("b", "remove", {"metadata": {"labels": {SWAP: None}}})
+    assert got.patch["metadata"]["labels"] == {SWAP: None}
+    assert got.patch["metadata"]["annotations"][SWAP_NODE_ANNOTATION].startswith("false: ")
 
 
-def test_other_values_and_unlabelled_plain_nodes_are_left_alone() -> None:
-    assert desired_change(node("c", 0, {SWAP: "false"}), DEFAULT_LABEL) is None
-    assert desired_change(node("c", 0), DEFAULT_LABEL) is None
-    assert desired_change({"metadata": {}}, DEFAULT_LABEL) is None  # no name: nothing to patch
+def test_a_label_with_another_value_is_not_ours_to_remove() -> None:
+    n = node("c", GI4, {SWAP: "false"}, declared="NoSwap")
+    got = change(n)
+    assert got is not None and got.label == "keep" and "labels" not in got.patch["metadata"]
+    n["metadata"]["annotations"] = got.patch["metadata"]["annotations"]
+    assert change(n) is None
+    assert change(node("c", 0, {SWAP: "false"}, annotations={
+        SWAP_NODE_ANNOTATION: judge(node("c", 0), None, "declared").message})) is None
+
+
+def test_an_unknown_verdict_changes_nothing_at_all() -> None:
+    # configz failed: the label stays (on or off) and the annotation is not touched.
+    for labels in ({SWAP: "true"}, {}):
+        n = node("d", GI4, labels, annotations={SWAP_NODE_ANNOTATION: "true: before"})
+        assert change(n, source="kubelet", behavior=None) is None
+
+
+def test_a_node_without_a_name_is_never_patched() -> None:
+    assert change({"metadata": {}}) is None
+    assert change({"metadata": {"labels": {BEHAVIOR_LABEL: "LimitedSwap"}},
+                   "status": {"nodeInfo": {"swap": {"capacity": 1}}}}) is None
 
 
 def test_custom_label_is_managed_instead_of_the_default() -> None:
     label = Label("example.com/swap", "yes")
-    change = desired_change(node("a", 1, {SWAP: "true"}), label)
-    assert change is not None
-    assert change.patch == {"metadata": {"labels": {"example.com/swap": "yes"}}}
+    got = change(node("a", 1, {SWAP: "true"}, declared="LimitedSwap"), label)
+    assert got is not None
+    assert got.patch["metadata"]["labels"] == {"example.com/swap": "yes"}
+
+
+def test_kubelet_source_ignores_a_declared_label() -> None:
+    n = node("a", GI4, declared="LimitedSwap")
+    got = change(n, source="kubelet", behavior="NoSwap")
+    assert got is not None and got.verdict.reason is Reason.SWAP_BEHAVIOR_NO_SWAP
+    assert "labels" not in got.patch["metadata"]
+
+
+# --------------------------------------------------------------------- kubelet cache
+
+
+def test_kubelet_answers_are_reused_until_ttl_resync_or_restart() -> None:
+    cache = KubeletConfigCache(ttl=300)
+    n = node("a", GI4)
+    assert cache.due("a", n, 0.0) and cache.known("a") == (None, "not read yet")
+    cache.answered("a", n, "LimitedSwap", 0.0)
+    assert not cache.due("a", n, 299.0) and cache.known("a") == ("LimitedSwap", "")
+    assert cache.due("a", n, 300.0)  # ttl
+    cache.answered("a", n, "LimitedSwap", 300.0)
+    cache.expire_all()  # resync
+    assert cache.due("a", n, 301.0)
+    cache.answered("a", n, "LimitedSwap", 301.0)
+    assert cache.due("a", node("a", GI4, boot="b2"), 302.0)  # rebooted
+    assert cache.due("a", node("a", 2 * GI4), 302.0)  # swap capacity changed
+    ready = node("a", GI4)
+    ready["status"]["conditions"] = [{"type": "Ready", "status": "True",
+                                      "lastTransitionTime": "2026-01-01T00:00:00Z"}]
+    assert cache.due("a", ready, 302.0)  # the kubelet was away and came back
+    cache.retain({"b"})
+    assert cache.known("a") == (None, "not read yet")
+
+
+def test_failed_kubelet_reads_back_off_exponentially_up_to_a_cap() -> None:
+    cache = KubeletConfigCache(ttl=300, backoff_min=1, backoff_max=60)
+    n = node("a", GI4)
+    cache.answered("a", n, "LimitedSwap", 0.0)
+    delays = [cache.failed("a", n, "HTTP 503", 10.0) for _ in range(8)]
+    assert delays == [1, 2, 4, 8, 16, 32, 60, 60]
+    assert cache.known("a") == (None, "HTTP 503")  # the old answer is not trusted
+    assert not cache.due("a", n, 69.0)
+    cache.expire_all()
+    assert not cache.due("a", n, 69.0)  # a resync does not skip the backoff...
+    assert cache.due("a", node("a", GI4, boot="b2"), 69.0)  # ...a restarted kubelet does
+    assert cache.due("a", n, 70.0)
+    for _ in range(5000):  # a kubelet down for days: no overflow
+        cache.failed("a", n, "HTTP 503", 10.0)
+    cache.answered("a", n, "NoSwap", 11.0)
+    assert cache.known("a") == ("NoSwap", "") and cache.failed("a", n, "x", 12.0) == 1
 
 
 # ------------------------------------------------------------------------- lease rules
@@ -349,12 +568,15 @@ def test_release_hands_over_without_waiting_for_expiry() -> None:
 
 
 class FakeNodes:
-    """Nodes with merge-patch semantics for labels; patches can be made to fail."""
+    """Nodes with merge-patch semantics for labels and annotations, and a node proxy whose
+    /configz answers (or failures) are set per node; patches can be made to fail."""
 
     def __init__(self, *nodes: dict[str, Any]) -> None:
         self.nodes = {n["metadata"]["name"]: n for n in nodes}
         self.patches: list[tuple[str, dict[str, Any]]] = []
         self.failing: set[str] = set()
+        self.configz: dict[str, Any] = {}  # node -> payload, or an exception to raise
+        self.configz_reads: list[str] = []
 
     async def list_nodes(self) -> tuple[list[dict[str, Any]], str]:
         return list(self.nodes.values()), "1"
@@ -363,89 +585,316 @@ class FakeNodes:
         await asyncio.Event().wait()  # a watch with no events: blocks, like the real one
         yield "ADDED", {}
 
-    async def patch_node_labels(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+    async def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         if name in self.failing:
             raise OSError("500 Internal Server Error")
         self.patches.append((name, patch))
-        labels = self.nodes[name]["metadata"]["labels"]
-        for key, value in patch["metadata"]["labels"].items():
-            if value is None:
-                labels.pop(key, None)
-            else:
-                labels[key] = value
-        return self.nodes[name]
+        metadata = self.nodes[name]["metadata"]
+        for field, changes in patch["metadata"].items():
+            assert field in ("labels", "annotations"), field  # nothing else is ours
+            target = metadata.setdefault(field, {})
+            for key, value in changes.items():
+                if value is None:
+                    target.pop(key, None)
+                else:
+                    target[key] = value
+        return copy.deepcopy(self.nodes[name])
+
+    async def kubelet_config(self, name: str) -> Any:
+        self.configz_reads.append(name)
+        answer = self.configz.get(name, OSError("no route to host"))
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
 
 
-def sample(metrics: LabellerMetrics, name: str) -> float:
-    value = metrics.registry.get_sample_value(name)
+def sample(metrics: LabellerMetrics, name: str, **labels: str) -> float:
+    value = metrics.registry.get_sample_value(name, labels)
     return 0.0 if value is None else value
 
 
-def test_leader_labels_exactly_the_swap_nodes() -> None:
+def by_reason(metrics: LabellerMetrics) -> dict[str, float]:
+    counts = {r.value: sample(metrics, "swapwise_labeller_nodes_by_reason", reason=r.value)
+              for r in Reason}
+    return {reason: count for reason, count in counts.items() if count}
+
+
+def annotation(api: FakeNodes, name: str) -> str | None:
+    value: str | None = (api.nodes[name]["metadata"].get("annotations") or {}).get(
+        SWAP_NODE_ANNOTATION)
+    return value
+
+
+def kubelet_labeller(api: FakeNodes, metrics: LabellerMetrics, clock: Clock,
+                     leading: Any = None) -> Labeller:
+    return Labeller(api, DEFAULT_LABEL, metrics, leading=leading or (lambda: True),
+                    source="kubelet", kubelet_config_ttl=300, clock=clock)
+
+
+def test_leader_labels_exactly_the_declared_swap_nodes() -> None:
     async def scenario() -> None:
-        api = FakeNodes(node("swap", 2**30), node("gone", 0, {SWAP: "true", "keep": "me"}),
-                        node("plain"), node("done", 5, {SWAP: "true"}))
+        api = FakeNodes(
+            node("swap", 2**30, declared="LimitedSwap"),
+            node("undeclared", 2**30, {SWAP: "true", "keep": "me"}),
+            node("noswap", 2**30, {SWAP: "true"}, declared="NoSwap"),
+            node("gone", 0, {SWAP: "true"}, declared="LimitedSwap"),
+            node("plain"),
+            node("other", 2**30, {SWAP: "false"}),
+        )
         metrics = LabellerMetrics()
         labeller = Labeller(api, DEFAULT_LABEL, metrics, leading=lambda: True)
         labeller.replace_all((await api.list_nodes())[0])
         assert await labeller.reconcile_pending() == 0
-        assert api.patches == [
-            ("gone", {"metadata": {"labels": {SWAP: None}}}),
-            ("swap", {"metadata": {"labels": {SWAP: "true"}}}),
+        assert api.configz_reads == []  # declared: no kubelet is ever asked
+        assert [(n, p["metadata"].get("labels")) for n, p in api.patches] == [
+            ("gone", {SWAP: None}), ("noswap", {SWAP: None}), ("other", None),
+            ("plain", None), ("swap", {SWAP: "true"}), ("undeclared", {SWAP: None}),
         ]
-        assert api.nodes["gone"]["metadata"]["labels"] == {"keep": "me"}
+        assert api.nodes["undeclared"]["metadata"]["labels"] == {"keep": "me"}
+        assert api.nodes["other"]["metadata"]["labels"] == {SWAP: "false"}  # not ours
+        assert annotation(api, "swap") == (
+            "true: declared swapBehavior LimitedSwap, swap capacity 1073741824 bytes "
+            "(source: node label swapwise.io/swap-behavior)")
+        assert annotation(api, "noswap") == (
+            "false: declared swapBehavior NoSwap (source: node label swapwise.io/swap-behavior)")
+        assert str(annotation(api, "undeclared")).startswith(
+            "false: swap capacity 1073741824 bytes but swapBehavior undeclared")
         assert sample(metrics, "swapwise_labeller_labels_added_total") == 1
-        assert sample(metrics, "swapwise_labeller_labels_removed_total") == 1
-        assert sample(metrics, "swapwise_labeller_swap_nodes") == 2
-        assert sample(metrics, "swapwise_labeller_nodes") == 4
-        # A second pass finds nothing to do.
+        assert sample(metrics, "swapwise_labeller_labels_removed_total") == 3
+        assert sample(metrics, "swapwise_labeller_swap_nodes") == 1
+        assert sample(metrics, "swapwise_labeller_nodes") == 6
+        assert by_reason(metrics) == {"LimitedSwap": 1, "NoSwapCapacity": 2,
+                                      "SwapBehaviorNoSwap": 1, "SwapBehaviorUndeclared": 2}
+        # A second pass finds nothing to do: no write at all, not even the annotation.
         labeller.resync()
         await labeller.reconcile_pending()
-        assert len(api.patches) == 2
+        assert len(api.patches) == 6
 
     asyncio.run(scenario())
 
 
-def test_follower_patches_nothing_until_it_leads() -> None:
+def test_declaring_limitedswap_later_labels_the_node() -> None:
     async def scenario() -> None:
-        api = FakeNodes(node("swap", 2**30))
-        leader = False
-        metrics = LabellerMetrics()
-        labeller = Labeller(api, DEFAULT_LABEL, metrics, leading=lambda: leader)
+        api = FakeNodes(node("n", GI4))
+        labeller = Labeller(api, DEFAULT_LABEL, LabellerMetrics(), leading=lambda: True)
         labeller.replace_all((await api.list_nodes())[0])
         await labeller.reconcile_pending()
-        assert api.patches == []
+        assert SWAP not in api.nodes["n"]["metadata"]["labels"]
+        declared = copy.deepcopy(api.nodes["n"])
+        declared["metadata"]["labels"][BEHAVIOR_LABEL] = "LimitedSwap"
+        labeller.apply_event("MODIFIED", declared)
+        await labeller.reconcile_pending()
+        assert api.nodes["n"]["metadata"]["labels"][SWAP] == "true"
+        assert str(annotation(api, "n")).startswith("true: ")
+
+    asyncio.run(scenario())
+
+
+def test_kubelet_source_asks_only_swap_nodes_and_labels_limitedswap_ones() -> None:
+    async def scenario() -> None:
+        api = FakeNodes(node("limited", GI4), node("noswap", GI4, {SWAP: "true"}),
+                        node("unset", GI4), node("plain"))
+        api.configz = {"limited": KUBELET_SWAP, "noswap": KUBELET_NOSWAP,
+                       "unset": {"kubeletconfig": {"failSwapOn": False}}}
+        metrics = LabellerMetrics()
+        labeller = kubelet_labeller(api, metrics, Clock())
+        labeller.replace_all((await api.list_nodes())[0])
+        assert await labeller.reconcile_pending() == 0
+        assert sorted(api.configz_reads) == ["limited", "noswap", "unset"]
+        assert api.nodes["limited"]["metadata"]["labels"] == {SWAP: "true"}
+        assert api.nodes["noswap"]["metadata"]["labels"] == {}
+        assert annotation(api, "limited") == (
+            "true: kubelet swapBehavior LimitedSwap, swap capacity 4294963200 bytes "
+            "(source: kubelet configz)")
+        assert annotation(api, "noswap") == (
+            "false: kubelet swapBehavior NoSwap (source: kubelet configz)")
+        assert by_reason(metrics) == {"LimitedSwap": 1, "SwapBehaviorNoSwap": 2,
+                                      "NoSwapCapacity": 1}
+        assert sample(metrics, "swapwise_labeller_swap_nodes") == 1
+        assert sample(metrics, "swapwise_labeller_kubelet_config_errors_total") == 0
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("failure", [
+    OSError("connection refused"),
+    OSError(),  # no message: the reason still says something
+    RuntimeError("HTTP 403: nodes \"n\" is forbidden: cannot get resource \"nodes/proxy\""),
+    ConfigzError("configz is a JSON list, not an object"),
+    "not a dict",  # a payload of the wrong shape, returned rather than raised
+    {"kubeletconfig": {"memorySwap": {"swapBehavior": 7}}},
+])
+def test_configz_failure_changes_nothing_counts_and_retries_with_backoff(failure: Any) -> None:
+    async def scenario() -> None:
+        before = {SWAP_NODE_ANNOTATION: "true: earlier"}
+        api = FakeNodes(node("on", GI4, {SWAP: "true"}, annotations=before),
+                        node("off", GI4, annotations=before))
+        api.configz = {"on": failure, "off": failure}
+        metrics, clock = LabellerMetrics(), Clock()
+        labeller = kubelet_labeller(api, metrics, clock)
+        labeller.replace_all((await api.list_nodes())[0])
+        assert await labeller.reconcile_pending() == 2  # both stay pending
+        assert api.patches == []  # neither added nor removed; annotations untouched
+        assert api.nodes["on"]["metadata"]["labels"] == {SWAP: "true"}
+        assert labeller.pending == {"on", "off"}
+        assert sample(metrics, "swapwise_labeller_kubelet_config_errors_total") == 2
+        assert by_reason(metrics) == {"KubeletConfigUnavailable": 2}
+        assert sample(metrics, "swapwise_labeller_swap_nodes") == 0
+        verdict = labeller.verdicts["on"]
+        assert verdict.swap is None and verdict.message.startswith(
+            "unknown: kubelet configz not readable: ")
+        assert len(verdict.message) > len("unknown: kubelet configz not readable: ")
+        # Before the backoff is over, a node event does not hammer the kubelet again.
+        labeller.apply_event("MODIFIED", copy.deepcopy(api.nodes["on"]))
+        clock.now += 0.5
+        assert await labeller.reconcile_pending() == 2
+        assert len(api.configz_reads) == 2
+        # After it, the kubelet answers: the node is judged and patched.
+        api.configz = {"on": KUBELET_NOSWAP, "off": KUBELET_SWAP}
+        clock.now += 1
+        assert await labeller.reconcile_pending() == 0
+        assert len(api.configz_reads) == 4
+        assert api.nodes["on"]["metadata"]["labels"] == {}
+        assert api.nodes["off"]["metadata"]["labels"] == {SWAP: "true"}
+        assert sample(metrics, "swapwise_labeller_kubelet_config_errors_total") == 2
+        assert by_reason(metrics) == {"LimitedSwap": 1, "SwapBehaviorNoSwap": 1}
+
+    asyncio.run(scenario())
+
+
+def test_one_unreachable_kubelet_does_not_hold_up_the_others() -> None:
+    async def scenario() -> None:
+        api = FakeNodes(node("a", GI4), node("b", GI4), node("c", GI4))
+        api.configz = {"a": KUBELET_SWAP, "b": TimeoutError(), "c": KUBELET_SWAP}
+        metrics = LabellerMetrics()
+        labeller = kubelet_labeller(api, metrics, Clock())
+        labeller.replace_all((await api.list_nodes())[0])
+        assert await labeller.reconcile_pending() == 1
+        assert [n for n, _ in api.patches] == ["a", "c"]
+        assert labeller.verdicts["b"].message == (
+            "unknown: kubelet configz not readable: TimeoutError")
+
+    asyncio.run(scenario())
+
+
+def test_kubelet_answers_are_cached_until_resync_ttl_or_restart() -> None:
+    async def scenario() -> None:
+        api = FakeNodes(node("n", GI4))
+        api.configz = {"n": KUBELET_SWAP}
+        clock = Clock()
+        labeller = kubelet_labeller(api, LabellerMetrics(), clock)
+        labeller.replace_all((await api.list_nodes())[0])
+        await labeller.reconcile_pending()
+        assert api.nodes["n"]["metadata"]["labels"] == {SWAP: "true"}
+        # The kubelet is reconfigured; node events alone use the cached answer.
+        api.configz["n"] = KUBELET_NOSWAP
+        labeller.apply_event("MODIFIED", copy.deepcopy(api.nodes["n"]))
+        await labeller.reconcile_pending()
+        assert api.configz_reads == ["n"]
+        assert api.nodes["n"]["metadata"]["labels"] == {SWAP: "true"}
+        # A resync reads it again, and the label goes.
+        labeller.resync()
+        await labeller.reconcile_pending()
+        assert api.configz_reads == ["n", "n"]
+        assert api.nodes["n"]["metadata"]["labels"] == {}
+        # The TTL: the next node event after it re-reads.
+        api.configz["n"] = KUBELET_SWAP
+        clock.now += 299
+        labeller.apply_event("MODIFIED", copy.deepcopy(api.nodes["n"]))
+        await labeller.reconcile_pending()
+        assert len(api.configz_reads) == 2
+        clock.now += 1
+        labeller.apply_event("MODIFIED", copy.deepcopy(api.nodes["n"]))
+        await labeller.reconcile_pending()
+        assert len(api.configz_reads) == 3
+        assert api.nodes["n"]["metadata"]["labels"] == {SWAP: "true"}
+        # A reboot (new bootID) re-reads at once.
+        api.configz["n"] = KUBELET_NOSWAP
+        rebooted = copy.deepcopy(api.nodes["n"])
+        rebooted["status"]["nodeInfo"]["bootID"] = "b2"
+        labeller.apply_event("MODIFIED", rebooted)
+        await labeller.reconcile_pending()
+        assert len(api.configz_reads) == 4
+        assert api.nodes["n"]["metadata"]["labels"] == {}
+
+    asyncio.run(scenario())
+
+
+def test_the_reconcile_loop_resync_rereads_kubelets() -> None:
+    async def scenario() -> None:
+        api = FakeNodes(node("n", GI4))
+        api.configz = {"n": KUBELET_SWAP}
+        labeller = Labeller(api, DEFAULT_LABEL, LabellerMetrics(), leading=lambda: True,
+                            resync_seconds=0.05, source="kubelet", kubelet_config_ttl=3600)
+        labeller.replace_all((await api.list_nodes())[0])
+        stop = asyncio.Event()
+        task = asyncio.create_task(labeller.reconcile_loop(stop))
+        for _ in range(200):
+            if len(api.configz_reads) >= 3:
+                break
+            await asyncio.sleep(0.01)
+        stop.set()
+        labeller.wake.set()
+        await task
+        assert len(api.configz_reads) >= 3  # a long TTL does not stop the resync re-reads
+        assert api.nodes["n"]["metadata"]["labels"] == {SWAP: "true"}
+        assert len(api.patches) == 1
+
+    asyncio.run(scenario())
+
+
+def test_follower_patches_nothing_and_asks_no_kubelet_until_it_leads() -> None:
+    async def scenario() -> None:
+        api = FakeNodes(node("swap", 2**30))
+        api.configz = {"swap": KUBELET_SWAP}
+        leader = False
+        metrics = LabellerMetrics()
+        labeller = kubelet_labeller(api, metrics, Clock(), leading=lambda: leader)
+        # Every reason's series exists from the start (dashboards need no absent()).
+        assert all(metrics.registry.get_sample_value(
+            "swapwise_labeller_nodes_by_reason", {"reason": r.value}) == 0 for r in Reason)
+        labeller.replace_all((await api.list_nodes())[0])
+        assert await labeller.reconcile_pending() == 0
+        assert api.patches == [] and api.configz_reads == []
         leader = True
         labeller.on_leadership(True)
         await labeller.reconcile_pending()
         assert [name for name, _ in api.patches] == ["swap"]
         assert sample(metrics, "swapwise_labeller_is_leader") == 1
+        assert sample(metrics, "swapwise_labeller_swap_nodes") == 1
+        leader = False
+        labeller.on_leadership(False)  # the judgement gauges are the leader's
+        assert sample(metrics, "swapwise_labeller_swap_nodes") == 0
+        assert by_reason(metrics) == {}
 
     asyncio.run(scenario())
 
 
 def test_watch_events_drive_add_and_remove() -> None:
     async def scenario() -> None:
-        api = FakeNodes(node("n"))
-        labeller = Labeller(api, DEFAULT_LABEL, LabellerMetrics(), leading=lambda: True)
+        api = FakeNodes(node("n", declared="LimitedSwap"))
+        metrics = LabellerMetrics()
+        labeller = Labeller(api, DEFAULT_LABEL, metrics, leading=lambda: True)
         labeller.replace_all((await api.list_nodes())[0])
         await labeller.reconcile_pending()
-        assert api.patches == []
-        labeller.apply_event("MODIFIED", node("n", 4 * 2**30))
+        assert [p["metadata"].get("labels") for _, p in api.patches] == [None]  # annotation
+        labeller.apply_event("MODIFIED", node("n", 4 * 2**30, declared="LimitedSwap"))
         await labeller.reconcile_pending()
-        assert api.nodes["n"]["metadata"]["labels"] == {SWAP: "true"}
-        labeller.apply_event("MODIFIED", node("n", 0, {SWAP: "true"}))
+        assert api.nodes["n"]["metadata"]["labels"][SWAP] == "true"
+        labeller.apply_event("MODIFIED", node("n", 0, {SWAP: "true"}, declared="LimitedSwap"))
         await labeller.reconcile_pending()
-        assert api.nodes["n"]["metadata"]["labels"] == {}
+        assert SWAP not in api.nodes["n"]["metadata"]["labels"]
+        assert by_reason(metrics) == {"NoSwapCapacity": 1}
         labeller.apply_event("DELETED", node("n", 0))
-        assert labeller.nodes == {} and labeller.pending == set()
+        assert labeller.nodes == {} and labeller.pending == set() and labeller.verdicts == {}
+        assert by_reason(metrics) == {} and sample(metrics, "swapwise_labeller_nodes") == 0
 
     asyncio.run(scenario())
 
 
 def test_failed_patch_is_counted_and_retried() -> None:
     async def scenario() -> None:
-        api = FakeNodes(node("flaky", 2**30))
+        api = FakeNodes(node("flaky", 2**30, declared="LimitedSwap"))
         api.failing.add("flaky")
         metrics = LabellerMetrics()
         labeller = Labeller(api, DEFAULT_LABEL, metrics, leading=lambda: True)
@@ -455,9 +904,15 @@ def test_failed_patch_is_counted_and_retried() -> None:
         assert sample(metrics, "swapwise_labeller_reconcile_errors_total") == 1
         api.failing.clear()
         assert await labeller.reconcile_pending() == 0
-        assert api.nodes["flaky"]["metadata"]["labels"] == {SWAP: "true"}
+        assert api.nodes["flaky"]["metadata"]["labels"][SWAP] == "true"
 
     asyncio.run(scenario())
+
+
+def test_error_text_is_one_short_line() -> None:
+    assert error_text(TimeoutError()) == "TimeoutError"
+    assert error_text(OSError("a\nb   c")) == "a b c"
+    assert len(error_text(OSError("x" * 10_000))) == 303
 
 
 def test_watch_loop_lists_then_marks_ready() -> None:
@@ -507,6 +962,8 @@ def test_readiness_follows_the_cache_and_metrics_are_served() -> None:
     (["--retry-period", "20"], "retry period < renew deadline < lease duration"),
     (["--metrics-port", "0"], "--metrics-port 0 is out of range"),
     (["--resync", "0"], "--resync must be greater than zero"),
+    (["--kubelet-config-ttl", "0"], "--kubelet-config-ttl must be greater than zero"),
+    (["--kubelet-config-ttl", "nan"], "--kubelet-config-ttl must be greater than zero"),
 ])
 def test_label_nodes_refuses_bad_options_before_connecting(
     capsys: pytest.CaptureFixture[str], args: list[str], message: str
@@ -522,3 +979,58 @@ def test_label_nodes_without_a_cluster_exits_1_with_the_reason(tmp_path: Path) -
                           timeout=60, check=False)
     assert proc.returncode == 1
     assert f"Configuration file {tmp_path / 'missing'} not found" in proc.stderr
+
+
+# ------------------------------------------------------------- the node proxy adapter
+
+
+def proxy_client(handler: Callable[[httpx2.Request], httpx2.Response]) -> KubeNodes:
+    """KubeNodes on a lightkube client whose HTTP goes to ``handler`` instead of a server."""
+    config = KubeConfig.from_dict({
+        "clusters": [{"name": "c", "cluster": {"server": "https://api.test"}}],
+        "users": [{"name": "u", "user": {"token": "t0k3n"}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "x",
+    })
+    return KubeNodes(AsyncClient(config=config, transport=httpx2.MockTransport(handler)))
+
+
+def test_kubelet_config_is_read_through_the_node_proxy_with_the_clients_credentials() -> None:
+    seen: list[httpx2.Request] = []
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        seen.append(request)
+        return httpx2.Response(200, json=KUBELET_SWAP)
+
+    async def scenario() -> Any:
+        return await proxy_client(handler).kubelet_config("node-1")
+
+    assert asyncio.run(scenario()) == KUBELET_SWAP
+    [request] = seen
+    assert request.method == "GET"
+    assert str(request.url) == "https://api.test/api/v1/nodes/node-1/proxy/configz"
+    assert request.headers["Authorization"] == "Bearer t0k3n"
+
+
+@pytest.mark.parametrize(("response", "message"), [
+    (httpx2.Response(403, json={"kind": "Status", "message": 'nodes "node-1" is forbidden: '
+                                "cannot get resource \"nodes/proxy\""}),
+     'HTTP 403: nodes "node-1" is forbidden'),
+    (httpx2.Response(502, text="Error trying to reach service: dial tcp 10.0.0.1:10250"),
+     "HTTP 502: Error trying to reach service"),
+    (httpx2.Response(503), "HTTP 503: (empty body)"),
+    (httpx2.Response(502, content=b"proxy error " + b"x" * (2 << 20)), "HTTP 502: proxy error x"),
+    (httpx2.Response(500, json={"kind": "Status"}), 'HTTP 500: {"kind":'),
+    (httpx2.Response(200, text="<html>not json</html>"), "configz answer is not JSON"),
+    (httpx2.Response(200, content=b"\xff\xfe{"), "configz answer is not JSON"),
+    (httpx2.Response(200, content=b'{"kubeletconfig": "' + b"x" * (2 << 20) + b'"}'),
+     "configz answer larger than 1048576 bytes"),
+])
+def test_a_bad_configz_answer_is_an_error_with_its_reason(
+    response: httpx2.Response, message: str
+) -> None:
+    async def scenario() -> None:
+        with pytest.raises(KubeletConfigError, match=re.escape(message)):
+            await proxy_client(lambda _request: response).kubelet_config("node-1")
+
+    asyncio.run(scenario())

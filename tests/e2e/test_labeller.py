@@ -1,9 +1,11 @@
-"""`swapwise label-nodes` against a real API server: labels follow reported swap capacity.
+"""`swapwise label-nodes` against a real API server: labels follow the swap nodes.
 
 Fake Nodes report `status.nodeInfo.swap.capacity` (changed through the status subresource,
-as a kubelet would); real `swapwise label-nodes` processes watch them. Each test manages a
-label key of its own, so the session's other tests keep the NFD label exactly as they set
-it, and counters can be predicted exactly.
+as a kubelet would) and declare their kubelet's swapBehavior with the node label
+`swapwise.io/swap-behavior`; real `swapwise label-nodes` processes watch them. Each test
+manages a label key of its own, so the session's other tests keep the NFD label exactly as
+they set it, and counters can be predicted exactly. The `kubelet` source against a real
+kubelet is tested in tests/node/; here only its failure path (fake nodes have no kubelet).
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
 GI = 1024**3
+BEHAVIOR = "swapwise.io/swap-behavior"
+ANNOTATION = "swapwise.io/swap-node"
+LIMITED = {BEHAVIOR: "LimitedSwap"}  # what the node admin sets with kubelet --node-labels
 # Short election timing so takeovers take seconds (defaults: 15 / 10 / 2).
 TIMING = ["--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "0.5"]
 
@@ -49,6 +54,7 @@ class LabellerProcess:
         lease: str,
         namespace: str = "default",
         kubeconfig: Path | None = None,
+        extra: tuple[str, ...] = (),
     ) -> None:
         self.identity = identity
         self.port = free_port()
@@ -72,6 +78,7 @@ class LabellerProcess:
             "--metrics-port",
             str(self.port),
             *TIMING,
+            *extra,
         ]
         self.component = Component(f"labeller-{identity}", argv, workdir / f"{identity}.log")
 
@@ -113,6 +120,11 @@ def labels(cp: ControlPlane, node: str) -> dict[str, str]:
     return dict(cp.get_json("node", node)["metadata"].get("labels") or {})
 
 
+def annotation(cp: ControlPlane, node: str) -> str | None:
+    value = (cp.get_json("node", node)["metadata"].get("annotations") or {}).get(ANNOTATION)
+    return None if value is None else str(value)
+
+
 def set_swap(cp: ControlPlane, node: str, capacity: int | None) -> None:
     """What a kubelet reports: through the status subresource (null removes the field)."""
     patch = {"status": {"nodeInfo": {"swap": None if capacity is None else {"capacity": capacity}}}}
@@ -122,10 +134,12 @@ def set_swap(cp: ControlPlane, node: str, capacity: int | None) -> None:
 
 
 def swap_nodes(cp: ControlPlane) -> set[str]:
+    """Swap nodes of the session: swap capacity and declared LimitedSwap."""
     return {
         n["metadata"]["name"]
         for n in cp.get_json("nodes")["items"]
         if ((n["status"].get("nodeInfo") or {}).get("swap") or {}).get("capacity", 0) > 0
+        and (n["metadata"].get("labels") or {}).get(BEHAVIOR) == "LimitedSwap"
     }
 
 
@@ -146,9 +160,12 @@ def test_label_follows_swap_capacity(control_plane: ControlPlane) -> None:
     cp = control_plane
     key = "e2e.swapwise.io/swap-follow"
     cp.create_node(
-        "follow-swap", memory="16Gi", cpu="8", labels={"team": "a"}, swap_capacity=8 * GI
+        "follow-swap", memory="16Gi", cpu="8", labels={"team": "a", **LIMITED},
+        swap_capacity=8 * GI,
     )
-    cp.create_node("follow-plain", memory="16Gi", cpu="8", labels={key: "true", "team": "b"})
+    cp.create_node(
+        "follow-plain", memory="16Gi", cpu="8", labels={key: "true", "team": "b", **LIMITED}
+    )
     labelled_at_start = len(swap_nodes(cp))  # every swap node in the session gets the key
     labeller = LabellerProcess(cp, "follow", key, "labeller-follow").start()
     try:
@@ -156,6 +173,13 @@ def test_label_follows_swap_capacity(control_plane: ControlPlane) -> None:
         wait_label(cp, "follow-plain", key, False)
         assert labels(cp, "follow-swap")["team"] == "a"  # other labels untouched
         assert labels(cp, "follow-plain")["team"] == "b"
+        assert annotation(cp, "follow-swap") == (
+            f"true: declared swapBehavior LimitedSwap, swap capacity {8 * GI} bytes "
+            f"(source: node label {BEHAVIOR})"
+        )
+        assert annotation(cp, "follow-plain") == (
+            "false: no swap capacity reported (status.nodeInfo.swap.capacity)"
+        )
 
         set_swap(cp, "follow-plain", 4 * GI)  # swap appears
         wait_label(cp, "follow-plain", key, True)
@@ -179,6 +203,52 @@ def test_label_follows_swap_capacity(control_plane: ControlPlane) -> None:
         labeller.stop()
 
 
+def test_a_node_declared_noswap_is_not_labelled_and_its_annotation_says_why(
+    control_plane: ControlPlane,
+) -> None:
+    """Swap capacity alone is not a swap node: the kubelet must run LimitedSwap."""
+    cp = control_plane
+    key = "e2e.swapwise.io/swap-declared"
+    cp.create_node(
+        "declared-noswap", memory="16Gi", cpu="8", labels={BEHAVIOR: "NoSwap", key: "true"},
+        swap_capacity=8 * GI,
+    )
+    cp.create_node("declared-none", memory="16Gi", cpu="8", swap_capacity=8 * GI)
+    labeller = LabellerProcess(cp, "declared", key, "labeller-declared").start()
+    try:
+        wait_label(cp, "declared-noswap", key, False)
+        assert annotation(cp, "declared-noswap") == (
+            f"false: declared swapBehavior NoSwap (source: node label {BEHAVIOR})"
+        )
+        cp.wait_for(lambda: annotation(cp, "declared-none") is not None, 20,
+                    what="annotation on declared-none")
+        assert annotation(cp, "declared-none") == (
+            f"false: swap capacity {8 * GI} bytes but swapBehavior undeclared "
+            f"(set node label {BEHAVIOR}=LimitedSwap where the kubelet runs it)"
+        )
+        assert key not in labels(cp, "declared-none")
+
+        # The admin switches that kubelet to LimitedSwap and says so.
+        cp.kubectl("label", "node", "declared-noswap", f"{BEHAVIOR}=LimitedSwap", "--overwrite")
+        wait_label(cp, "declared-noswap", key, True)
+        assert annotation(cp, "declared-noswap") == (
+            f"true: declared swapBehavior LimitedSwap, swap capacity {8 * GI} bytes "
+            f"(source: node label {BEHAVIOR})"
+        )
+        expected = len(swap_nodes(cp))
+        cp.wait_for(
+            lambda: labeller.metrics()["swapwise_labeller_swap_nodes"] == expected,
+            10,
+            what=f"swap_nodes gauge {expected}",
+        )
+        metrics = labeller.metrics()
+        assert metrics['swapwise_labeller_nodes_by_reason{reason="LimitedSwap"}'] == expected
+        assert metrics['swapwise_labeller_nodes_by_reason{reason="SwapBehaviorUndeclared"}'] >= 1
+        assert "SwapBehaviorNoSwap" in labeller.component.tail(400)  # the removal, logged
+    finally:
+        labeller.stop()
+
+
 def test_two_labellers_only_the_leader_acts_and_the_other_takes_over(
     control_plane: ControlPlane,
 ) -> None:
@@ -193,7 +263,7 @@ def test_two_labellers_only_the_leader_acts_and_the_other_takes_over(
         leader, follower = (first, second) if first.leading() else (second, first)
         assert lease(cp, name)["holderIdentity"] == leader.identity
 
-        cp.create_node("elect-1", memory="16Gi", cpu="8", swap_capacity=8 * GI)
+        cp.create_node("elect-1", memory="16Gi", cpu="8", labels=LIMITED, swap_capacity=8 * GI)
         wait_label(cp, "elect-1", key, True)
         # For 4 s (8 retry periods) there is never a second leader, and only one acts.
         deadline = time.monotonic() + 4
@@ -226,10 +296,8 @@ def _helm(cp: ControlPlane) -> Path:
     return helm
 
 
-def test_chart_rbac_is_all_the_labeller_needs(control_plane: ControlPlane) -> None:
-    """Run under the chart's ServiceAccount: its ClusterRole and Role must be enough."""
-    cp = control_plane
-    namespace, release = "labeller-rbac", "lbl"
+def _apply_chart_rbac(cp: ControlPlane, namespace: str, release: str, *sets: str) -> str:
+    """Render the chart's labeller RBAC with `--set`s, apply it; return the subject."""
     account = f"{release}-swapwise-labeller"
     cp.create_namespace(namespace)
     rendered = subprocess.run(
@@ -244,6 +312,7 @@ def test_chart_rbac_is_all_the_labeller_needs(control_plane: ControlPlane) -> No
             K8S_VERSION.lstrip("v"),
             "--set",
             "labeller.enabled=true",
+            *(arg for value in sets for arg in ("--set", value)),
         ],
         capture_output=True,
         text=True,
@@ -266,26 +335,21 @@ def test_chart_rbac_is_all_the_labeller_needs(control_plane: ControlPlane) -> No
         "ServiceAccount",
     ]
     cp.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": rbac}))
+    return f"system:serviceaccount:{namespace}:{account}"
 
-    subject = f"system:serviceaccount:{namespace}:{account}"
-    for verb, resource, scope, allowed in (
-        ("patch", "nodes", [], "yes"),
-        ("watch", "nodes", [], "yes"),
-        ("delete", "nodes", [], "no"),
-        ("update", "nodes", ["--subresource=status"], "no"),
-        ("update", f"leases/{account}", ["-n", namespace], "yes"),
-        ("update", "leases/other", ["-n", namespace], "no"),
-        ("create", "leases", ["-n", "default"], "no"),
-        ("list", "pods", ["-A"], "no"),
-    ):
-        answer = cp.kubectl(
-            "auth", "can-i", verb, resource, *scope, "--as", subject, check=False
-        ).stdout.strip()
-        assert answer == allowed, f"{subject} can-i {verb} {resource} {scope}: {answer}"
 
+def _can_i(cp: ControlPlane, subject: str, verb: str, resource: str, *scope: str) -> str:
+    answer = cp.kubectl(
+        "auth", "can-i", verb, resource, *scope, "--as", subject, check=False
+    ).stdout.strip()
+    return str(answer)
+
+
+def _account_kubeconfig(cp: ControlPlane, account: str, namespace: str) -> Path:
+    """A kubeconfig that acts as ServiceAccount ``namespace/account`` (a fresh token)."""
     token = cp.kubectl("create", "token", account, "-n", namespace).stdout.strip()
     admin = json.loads(cp.kubeconfig.read_text())
-    kubeconfig = cp.workdir / "labeller-sa.kubeconfig"
+    kubeconfig = cp.workdir / f"labeller-{namespace}-{account}.kubeconfig"
     kubeconfig.write_text(
         json.dumps(
             {
@@ -307,11 +371,36 @@ def test_chart_rbac_is_all_the_labeller_needs(control_plane: ControlPlane) -> No
             }
         )
     )
+    return kubeconfig
+
+
+def test_chart_rbac_is_all_the_labeller_needs(control_plane: ControlPlane) -> None:
+    """Run under the chart's ServiceAccount: its ClusterRole and Role must be enough."""
+    cp = control_plane
+    namespace, release = "labeller-rbac", "lbl"
+    account = f"{release}-swapwise-labeller"
+    subject = _apply_chart_rbac(cp, namespace, release)
+    for verb, resource, scope, allowed in (
+        ("patch", "nodes", [], "yes"),
+        ("watch", "nodes", [], "yes"),
+        ("delete", "nodes", [], "no"),
+        ("update", "nodes", ["--subresource=status"], "no"),
+        ("get", "nodes", ["--subresource=proxy"], "no"),  # the declared source needs none
+        ("update", f"leases/{account}", ["-n", namespace], "yes"),
+        ("update", "leases/other", ["-n", namespace], "no"),
+        ("create", "leases", ["-n", "default"], "no"),
+        ("list", "pods", ["-A"], "no"),
+    ):
+        answer = _can_i(cp, subject, verb, resource, *scope)
+        assert answer == allowed, f"{subject} can-i {verb} {resource} {scope}: {answer}"
+
+    kubeconfig = _account_kubeconfig(cp, account, namespace)
     key = "e2e.swapwise.io/swap-rbac"
     labeller = LabellerProcess(cp, "rbac", key, account, namespace, kubeconfig).start()
     try:
-        cp.create_node("rbac-1", memory="16Gi", cpu="8", swap_capacity=GI)
+        cp.create_node("rbac-1", memory="16Gi", cpu="8", labels=LIMITED, swap_capacity=GI)
         wait_label(cp, "rbac-1", key, True)
+        assert str(annotation(cp, "rbac-1")).startswith("true: ")  # patch covers annotations
         set_swap(cp, "rbac-1", None)
         wait_label(cp, "rbac-1", key, False)
         assert lease(cp, account, namespace)["holderIdentity"] == "rbac"
@@ -319,5 +408,61 @@ def test_chart_rbac_is_all_the_labeller_needs(control_plane: ControlPlane) -> No
         assert metrics["swapwise_labeller_reconcile_errors_total"] == 0
         assert metrics["swapwise_labeller_watch_restarts_total"] == 0
         assert "forbidden" not in labeller.component.tail(200).lower()
+    finally:
+        labeller.stop()
+
+
+def test_kubelet_source_leaves_a_node_alone_when_its_kubelet_cannot_be_asked(
+    control_plane: ControlPlane,
+) -> None:
+    """`--swap-behavior-source kubelet` under the chart's kubelet-variant RBAC.
+
+    Fake nodes have no kubelet, so every /configz read through the node proxy fails: a node
+    with swap capacity must then keep its label exactly as it is (on or off) and get no
+    annotation, and the failures must be the proxy's, never a 403. A node without swap
+    capacity is judged without asking its kubelet.
+    """
+    cp = control_plane
+    namespace, release = "labeller-kubelet", "lblk"
+    account = f"{release}-swapwise-labeller"
+    subject = _apply_chart_rbac(cp, namespace, release, "labeller.swapBehaviorSource=kubelet")
+    for verb, allowed in (("get", "yes"), ("create", "no"), ("update", "no"), ("delete", "no")):
+        answer = _can_i(cp, subject, verb, "nodes", "--subresource=proxy")
+        assert answer == allowed, f"{subject} can-i {verb} nodes/proxy: {answer}"
+
+    key = "e2e.swapwise.io/swap-kubelet"
+    cp.create_node(
+        "nokubelet-on", memory="16Gi", cpu="8", labels={key: "true", **LIMITED},
+        swap_capacity=8 * GI,
+    )
+    cp.create_node("nokubelet-off", memory="16Gi", cpu="8", labels=LIMITED, swap_capacity=8 * GI)
+    cp.create_node("nokubelet-plain", memory="16Gi", cpu="8", labels={key: "true"})
+    kubeconfig = _account_kubeconfig(cp, account, namespace)
+    labeller = LabellerProcess(
+        cp, "kubelet", key, account, namespace, kubeconfig,
+        extra=("--swap-behavior-source", "kubelet"),
+    ).start()
+    try:
+        wait_label(cp, "nokubelet-plain", key, False)
+        assert annotation(cp, "nokubelet-plain") == (
+            "false: no swap capacity reported (status.nodeInfo.swap.capacity)"
+        )
+        cp.wait_for(
+            lambda: labeller.metrics()["swapwise_labeller_kubelet_config_errors_total"] >= 2,
+            20,
+            what="configz errors counted",
+        )
+        time.sleep(2)  # retries come and go (backoff): still nothing may change
+        assert labels(cp, "nokubelet-on")[key] == "true"
+        assert key not in labels(cp, "nokubelet-off")
+        assert annotation(cp, "nokubelet-on") is None
+        assert annotation(cp, "nokubelet-off") is None
+        metrics = labeller.metrics()
+        unavailable = 'swapwise_labeller_nodes_by_reason{reason="KubeletConfigUnavailable"}'
+        assert metrics[unavailable] >= 2
+        assert metrics["swapwise_labeller_reconcile_errors_total"] == 0
+        log = labeller.component.tail(400)
+        assert "kubelet configz unavailable" in log and '"node": "nokubelet-on"' in log
+        assert "forbidden" not in log.lower()
     finally:
         labeller.stop()

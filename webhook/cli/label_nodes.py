@@ -1,4 +1,8 @@
-"""``swapwise label-nodes``: the controller that keeps the swap label true to the nodes."""
+"""``swapwise label-nodes``: the controller that keeps the swap label true to the nodes.
+
+A swap node has swap capacity and a kubelet running ``swapBehavior: LimitedSwap``; where the
+behaviour is learnt from is ``--swap-behavior-source`` (see docs/labeller.md).
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,8 @@ from webhook.profile import SWAP_LABEL
 def register(subcommands: Any) -> None:
     parser = subcommands.add_parser(
         "label-nodes",
-        help="label exactly the nodes that report swap capacity (controller, leader-elected)",
+        help="label exactly the swap nodes: swap capacity and kubelet swapBehavior "
+             "LimitedSwap (controller, leader-elected)",
     )
     parser.add_argument("--kubeconfig",
                         help="kubeconfig file (default: in-cluster, else $KUBECONFIG or "
@@ -36,6 +41,16 @@ def register(subcommands: Any) -> None:
                         help="seconds between acquire/renew attempts (default 2)")
     parser.add_argument("--resync", type=float, default=300.0,
                         help="seconds between full re-checks of every node (default 300)")
+    parser.add_argument(
+        "--swap-behavior-source", choices=["declared", "kubelet"], default="declared",
+        help="where each node's kubelet swapBehavior is learnt: 'declared' = the node label "
+             "swapwise.io/swap-behavior=LimitedSwap|NoSwap (default; no extra permission), "
+             "'kubelet' = the kubelet's /configz through the API server (needs RBAC "
+             "nodes/proxy get, which reaches the whole kubelet API of every node)")
+    parser.add_argument("--kubelet-config-ttl", type=float, default=300.0,
+                        help="with --swap-behavior-source kubelet: seconds a kubelet's answer "
+                             "is reused before it is read again (default 300; every --resync "
+                             "reads all again)")
     parser.add_argument("--log-level", default="info",
                         choices=["debug", "info", "warning", "error"])
     parser.set_defaults(func=run)
@@ -51,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
         return fail(f"--metrics-port {args.metrics_port} is out of range")
     if args.resync <= 0:
         return fail("--resync must be greater than zero")
+    if not args.kubelet_config_ttl > 0:  # NaN too
+        return fail("--kubelet-config-ttl must be greater than zero")
     try:
         options = LabellerOptions(
             kubeconfig=args.kubeconfig,
@@ -62,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
             port=args.metrics_port,
             timing=Timing(args.lease_duration, args.renew_deadline, args.retry_period),
             resync_seconds=args.resync,
+            swap_behavior_source=args.swap_behavior_source,
+            kubelet_config_ttl=args.kubelet_config_ttl,
             log_level=args.log_level,
         )
     except (LabelError, ValueError) as exc:

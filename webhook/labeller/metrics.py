@@ -12,12 +12,14 @@ class LabellerMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self.labels_added = Counter(
             "swapwise_labeller_labels_added",
-            "Nodes the swap label was put on (swap capacity appeared, or the value was wrong).",
+            "Nodes the swap label was put on (the node became a swap node, or the value was "
+            "wrong).",
             registry=self.registry,
         )
         self.labels_removed = Counter(
             "swapwise_labeller_labels_removed",
-            "Nodes the swap label was removed from (swap capacity went to 0 or away).",
+            "Nodes the swap label was removed from (no longer a swap node: no swap capacity, "
+            "or swapBehavior not LimitedSwap).",
             registry=self.registry,
         )
         self.reconcile_errors = Counter(
@@ -38,8 +40,22 @@ class LabellerMetrics:
         self.nodes = Gauge(
             "swapwise_labeller_nodes", "Nodes in the watch cache.", registry=self.registry
         )
+        # The two below are the leader's judgement (0 on followers): swap capacity above zero
+        # and kubelet swapBehavior LimitedSwap, as read from the configured source.
         self.swap_nodes = Gauge(
             "swapwise_labeller_swap_nodes",
-            "Nodes whose status.nodeInfo.swap.capacity is above zero.",
+            "Swap nodes: swap capacity above zero and kubelet swapBehavior LimitedSwap.",
+            registry=self.registry,
+        )
+        self.nodes_by_reason = Gauge(
+            "swapwise_labeller_nodes_by_reason",
+            "Nodes by the reason of the leader's last judgement (LimitedSwap = swap node).",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.kubelet_config_errors = Counter(
+            "swapwise_labeller_kubelet_config_errors",
+            "Failed reads of a kubelet's /configz through the API server (node left unchanged, "
+            "retried with backoff).",
             registry=self.registry,
         )

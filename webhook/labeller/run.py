@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from webhook.labeller.controller import Labeller
 from webhook.labeller.health import create_app, health_server
 from webhook.labeller.kube import KubeLeaseStore, KubeNodes, make_client
-from webhook.labeller.labels import DEFAULT_LABEL, Label
+from webhook.labeller.labels import DEFAULT_LABEL, Label, Source
 from webhook.labeller.lease import Elector, Timing
 from webhook.labeller.metrics import LabellerMetrics
 from webhook.server.logs import configure, get_logger
@@ -42,6 +42,9 @@ class LabellerOptions:
     port: int = 8080
     timing: Timing = field(default_factory=Timing)
     resync_seconds: float = 300.0
+    # "declared" (node label, no extra RBAC) or "kubelet" (configz, needs nodes/proxy get).
+    swap_behavior_source: Source = "declared"
+    kubelet_config_ttl: float = 300.0
     log_level: str = "info"
 
 
@@ -55,13 +58,15 @@ async def run_labeller(options: LabellerOptions, stop: asyncio.Event) -> None:
         return elector is not None and elector.leading()
 
     labeller = Labeller(KubeNodes(client), options.label, metrics, leading,
-                        options.resync_seconds)
+                        options.resync_seconds, options.swap_behavior_source,
+                        options.kubelet_config_ttl)
     elector = Elector(KubeLeaseStore(client, options.lease_name, namespace), options.identity,
                       options.timing, on_change=labeller.on_leadership)
     server = health_server(create_app(metrics, lambda: labeller.synced, leading),
                            options.host, options.port)
     log.info("starting", extra={
         "label": str(options.label), "identity": options.identity,
+        "swap_behavior_source": options.swap_behavior_source,
         "lease": f"{namespace}/{options.lease_name}", "metrics": f"{options.host}:{options.port}",
     })
     serving = asyncio.create_task(server.serve(), name="http")
