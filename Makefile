@@ -4,7 +4,7 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: run test lint unit e2e control-plane demo bench clean
+.PHONY: run test lint unit e2e control-plane node node-e2e demo bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,9 +18,11 @@ venv: $(BIN)/.installed
 run: venv
 	$(BIN)/swapwise serve
 
-## The whole suite: lint, type check, unit/integration tests, e2e against a real control plane.
+## The whole suite: lint, type check, unit/integration tests, e2e against a real control plane,
+## then the real-node scenarios (a kubelet with swap in a QEMU guest).
 test: venv lint control-plane
-	$(BIN)/pytest
+	$(BIN)/pytest --ignore=tests/node
+	$(MAKE) node-e2e
 
 lint: venv
 	$(BIN)/ruff check webhook tests benchmarks
@@ -34,6 +36,14 @@ e2e: venv control-plane
 
 control-plane:
 	tests/e2e/build-control-plane.sh
+
+## The real swap node (kubelet, kernel, Debian root, images), built once and cached.
+node: control-plane
+	tests/node/build-node.sh
+
+## Real-node scenarios, inside a network namespace of their own; figures in build/node-e2e/.
+node-e2e: venv node
+	SWAPWISE_NODE_E2E=1 unshare --net -- $(BIN)/pytest tests/node
 
 ## A local control plane + swapwise installed by Helm + a dry-run preview of an example pod.
 demo: venv control-plane

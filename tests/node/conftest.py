@@ -1,0 +1,179 @@
+"""Fixtures of the real-node suite: one control plane, one swap node, swapwise, the labeller.
+
+Why one of each per session: the guest is emulated, so booting it costs minutes; the
+scenarios run in order on the same node (test_real_node.py) and clean up after themselves.
+
+The suite must run inside a network namespace of its own (``make node-e2e`` starts it under
+``unshare --net``): etcd, kube-apiserver, swapwise and QEMU then reach nothing outside it.
+Run from a plain ``pytest`` it is skipped with that reason, unless SWAPWISE_NODE_E2E=1 (set
+by ``make node-e2e``) turns the skip into a failure, so CI can never skip it silently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import urllib.error
+import urllib.request
+from collections.abc import Generator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.cluster import (
+    Component,
+    ControlPlane,
+    ensure_binaries,
+    free_port,
+    swapwise_executable,
+    wait_for,
+)
+from tests.e2e.install import Installation
+from tests.node.node import Artifacts, RealNode, route_to_guest
+
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = REPO / "build" / "node-e2e" / "results.json"
+REQUIRED = os.environ.get("SWAPWISE_NODE_E2E") == "1"
+
+# The profiles of the scenarios: swapRatio 2 matches the node (swap = 2 x RAM); the
+# aggressive one asks for a tenth of the limit, far past what the node's swap can hold.
+PROFILES: dict[str, Any] = {
+    "sandbox": {"swapRatio": 2},
+    "aggressive": {"requestRatio": 0.1},
+}
+
+
+def _not_possible(reason: str) -> None:
+    if REQUIRED:
+        pytest.fail(reason, pytrace=False)
+    pytest.skip(reason)
+
+
+def _isolated_network() -> bool:
+    """Loopback is the only interface: whatever runs here cannot reach another machine.
+
+    (Comparing /proc/self/ns/net with PID 1's is not possible on machines that hide PID 1.)
+    """
+    with open("/proc/self/net/dev") as f:  # per network namespace (unlike /sys/class/net)
+        names = [line.split(":", 1)[0].strip() for line in f if ":" in line]
+    return names == ["lo"]
+
+
+@pytest.fixture(scope="session")
+def private_network() -> None:
+    """Only loopback, brought up, with a route to the node's address (the API server reaches
+    the kubelet there, through QEMU's port forward)."""
+    if not _isolated_network():
+        _not_possible("the real-node tests run inside a network namespace of their own: "
+                      "run them with `make node-e2e` (unshare --net)")
+    route_to_guest()
+
+
+@pytest.fixture(scope="session")
+def artifacts(pytestconfig: pytest.Config, private_network: None) -> Artifacts:
+    """Build (or find cached) the kubelet, kernel, root disk and images."""
+    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+        built = Artifacts.build()  # a failed build raises: a failure, never a skip
+    if not shutil.which("qemu-system-x86_64"):
+        _not_possible("qemu-system-x86_64 is not installed and build-node.sh could not install "
+                      "it (apt-get install qemu-system-x86)")
+    return built
+
+
+@pytest.fixture(scope="session")
+def control_plane(pytestconfig: pytest.Config, private_network: None) -> Iterator[ControlPlane]:
+    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+        binaries = ensure_binaries()
+    with ControlPlane(binaries) as cp:
+        yield cp
+
+
+@pytest.fixture(scope="session")
+def node(control_plane: ControlPlane, artifacts: Artifacts) -> Iterator[RealNode]:
+    """The swap node: 2 GiB of RAM, 4 GiB of swap (swap = 2 x RAM), 2 vCPUs, LimitedSwap."""
+    with RealNode(control_plane, artifacts) as real:
+        yield real
+
+
+@pytest.fixture(scope="session")
+def swapwise(control_plane: ControlPlane) -> Iterator[Installation]:
+    """swapwise installed by the chart (webhook.url mode), serving on loopback."""
+    workdir = control_plane.workdir / "swapwise"
+    workdir.mkdir()
+    install = Installation(control_plane, workdir, PROFILES)
+    install.upgrade()
+    install.start_server()
+    try:
+        yield install
+    finally:
+        install.stop_server()
+
+
+class Labeller:
+    """``swapwise label-nodes`` reading each kubelet's configuration (``kubelet`` source)."""
+
+    def __init__(self, cp: ControlPlane) -> None:
+        self.port = free_port()
+        argv = [swapwise_executable(), "label-nodes", "--kubeconfig", str(cp.kubeconfig),
+                "--swap-behavior-source", "kubelet", "--resync", "10",
+                "--lease-namespace", "default", "--metrics-host", "127.0.0.1",
+                "--metrics-port", str(self.port)]
+        self.component = Component("label-nodes", argv, cp.workdir / "label-nodes.log")
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=3) as r:
+                return int(r.status), r.read().decode()
+        except urllib.error.HTTPError as e:
+            return int(e.code), e.read().decode()
+
+
+@pytest.fixture(scope="session")
+def labeller(control_plane: ControlPlane, node: RealNode) -> Iterator[Labeller]:
+    proc = Labeller(control_plane)
+    proc.component.start()
+    try:
+
+        def ready() -> bool:
+            proc.component.check_alive()
+            return proc.get("/readyz")[0] == 200
+
+        wait_for(ready, 60, what="label-nodes /readyz", on_timeout=proc.component.tail)
+        yield proc
+    finally:
+        proc.component.stop()
+
+
+@pytest.fixture(scope="session")
+def results() -> Iterator[dict[str, Any]]:
+    """The figures of the run; written to build/node-e2e/results.json at the end."""
+    data: dict[str, Any] = {}
+    yield data
+    nested: dict[str, Any] = {}
+    for key, value in data.items():  # "density.with.placed" -> {"density": {"with": ...}}
+        *parents, leaf = key.split(".")
+        level = nested
+        for part in parents:
+            level = level.setdefault(part, {})
+        level[leaf] = value
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(nested, indent=1, sort_keys=True) + "\n")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, None]:
+    """On a failure, attach the guest's and the cluster's log tails to the report."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        real = getattr(item, "funcargs", {}).get("node")
+        if isinstance(real, RealNode):
+            report.sections.append(("real node logs", real.logs()))
+            report.sections.append(("control plane logs", real.cp.logs(20)))

@@ -1,0 +1,123 @@
+#!/bin/bash
+# The guest's payload under tini: cgroup v2, swap, containerd, the kubelet, and a status file.
+#
+# The host talks to it only through the 9p share mounted at /share:
+#   in:  kubelet.yaml, kubelet.kubeconfig, pki/ (ca.crt, kubelet.crt, kubelet.key), kubelet.flags,
+#        restart-kubelet (a request: restart the kubelet with the current kubelet.yaml),
+#        poweroff (a request)
+#   out: node.log (milestones), kubelet.log, containerd.log, status.json (every 2 s: meminfo,
+#        vmstat, every container cgroup's memory and swap files), kubelet-generation
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+log() { echo "swapwise-node: $(cut -d' ' -f1 /proc/uptime)s $*" | tee -a /share/node.log >/dev/console; }
+
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mkdir -p /dev/pts /dev/shm /share
+mount -t devpts devpts /dev/pts
+mount -t tmpfs tmpfs /dev/shm
+mount -t tmpfs tmpfs /run
+mount -t tmpfs tmpfs /tmp
+mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 share /share
+log "userspace up (kernel $(uname -r))"
+
+# cgroup v2 only (the kernel runs with cgroup_no_v1=all): the kubelet grants swap only there.
+# memory_recursiveprot: system.slice's memory.min below covers everything under it.
+mount -t cgroup2 -o memory_recursiveprot cgroup2 /sys/fs/cgroup
+mount -t bpf bpf /sys/fs/bpf 2>/dev/null
+modprobe overlay
+echo "+cpu +cpuset +memory +pids +io" > /sys/fs/cgroup/cgroup.subtree_control
+# The kubelet decides whether it can limit swap from ITS OWN cgroup's memory.swap.max, so it
+# and containerd live in child cgroups, never the root.
+mkdir -p /sys/fs/cgroup/system.slice
+echo "+cpu +memory +pids +io" > /sys/fs/cgroup/system.slice/cgroup.subtree_control
+mkdir -p /sys/fs/cgroup/system.slice/containerd /sys/fs/cgroup/system.slice/kubelet \
+  /sys/fs/cgroup/system.slice/node-init
+# Keep the node's own agents (kubelet, containerd and its shims, this script) out of reclaim:
+# under memory pressure they must stay fast enough to evict pods and report, not thrash
+# with them (what systemReserved and a protected system.slice do on a real node).
+echo 320M > /sys/fs/cgroup/system.slice/memory.min
+echo $$ > /sys/fs/cgroup/system.slice/node-init/cgroup.procs
+
+hostname "$(cat /share/hostname)"
+ip link set lo up
+ip link set eth0 up
+ip addr add 10.0.2.15/24 dev eth0
+ip route add default via 10.0.2.2
+
+# Swap: a dedicated disk. Keep kswapd ahead of the kubelet's memory.available eviction
+# threshold, so memory pressure is answered by swapping cold pages, not by evicting pods.
+swapon /dev/vdb
+sysctl -q -w vm.min_free_kbytes=65536
+sysctl -q -w vm.watermark_scale_factor=200
+log "swap on: $(tail -n +2 /proc/swaps | tr -s ' ' | tr '\n' ' ')"
+log "meminfo: $(grep -E '^(MemTotal|SwapTotal):' /proc/meminfo | tr -s ' ' | tr '\n' ' ')"
+
+mkdir -p /var/lib/kubelet /etc/kubernetes/pki /var/log/pods
+( echo $BASHPID > /sys/fs/cgroup/system.slice/containerd/cgroup.procs
+  exec containerd --config /swapwise/containerd.toml > /share/containerd.log 2>&1 ) &
+for _ in $(seq 1 600); do [ -S /run/containerd/containerd.sock ] && break; sleep 0.5; done
+log "containerd up"
+for image in /swapwise/images/*.tar; do
+  ctr -n k8s.io images import "$image" >> /share/node.log 2>&1
+done
+log "images: $(ctr -n k8s.io images ls -q | tr '\n' ' ')"
+
+kubelet_pid=""
+generation=0
+start_kubelet() {
+  cp /share/kubelet.kubeconfig /etc/kubernetes/kubelet.kubeconfig
+  cp /share/pki/* /etc/kubernetes/pki/
+  cp /share/kubelet.yaml /etc/kubernetes/kubelet.yaml
+  generation=$((generation + 1))
+  # shellcheck disable=SC2046  # kubelet.flags is a word list on purpose
+  ( echo $BASHPID > /sys/fs/cgroup/system.slice/kubelet/cgroup.procs
+    exec /swapwise/kubelet --config=/etc/kubernetes/kubelet.yaml \
+      --kubeconfig=/etc/kubernetes/kubelet.kubeconfig $(cat /share/kubelet.flags) \
+      >> /share/kubelet.log 2>&1 ) &
+  kubelet_pid=$!
+  echo "$generation" > /share/kubelet-generation
+  log "kubelet started (generation $generation, pid $kubelet_pid, $(grep -o '"swapBehavior": "[A-Za-z]*"' /etc/kubernetes/kubelet.yaml))"
+}
+start_kubelet
+
+# What the tests read: the node's memory and every container cgroup's memory files. A
+# cgroup can vanish between find and cat (a container just stopped): it is then left out.
+cgroup_json() {  # cgroup_json DIR -> one JSON member, or nothing
+  local d=$1 max swap_max cur swap_cur ooms
+  max=$(cat "$d/memory.max" 2>/dev/null) && swap_max=$(cat "$d/memory.swap.max" 2>/dev/null) &&
+    cur=$(cat "$d/memory.current" 2>/dev/null) && swap_cur=$(cat "$d/memory.swap.current" 2>/dev/null) &&
+    ooms=$(awk '/^oom_kill /{print $2}' "$d/memory.events" 2>/dev/null) || return 0
+  printf '"%s": {"memory.max": "%s", "memory.swap.max": "%s", "memory.current": "%s", "memory.swap.current": "%s", "oom_kill": %s}' \
+    "${d#/sys/fs/cgroup/}" "$max" "$swap_max" "$cur" "$swap_cur" "${ooms:-0}"
+}
+status() {
+  local sep="" f member
+  printf '{"uptime_s": %s, "kubelet_generation": %s,\n' "$(cut -d' ' -f1 /proc/uptime)" "$generation"
+  printf ' "meminfo": {%s},\n' "$(awk '{sub(":","",$1); printf "%s\"%s\": %s", (NR>1?", ":""), $1, $2}' /proc/meminfo)"
+  printf ' "vmstat": {%s},\n' "$(grep -E '^(oom_kill|pswpin|pswpout) ' /proc/vmstat | awk '{printf "%s\"%s\": %s", (NR>1?", ":""), $1, $2}')"
+  printf ' "cgroups": {'
+  for f in $(find /sys/fs/cgroup/kubepods* -name memory.swap.max 2>/dev/null); do
+    member=$(cgroup_json "${f%/memory.swap.max}")
+    [ -n "$member" ] || continue
+    printf '%s\n  %s' "$sep" "$member"
+    sep=","
+  done
+  printf '}}\n'
+}
+
+while true; do
+  status > /share/.status.json.tmp && mv /share/.status.json.tmp /share/status.json
+  if [ -f /share/restart-kubelet ]; then
+    rm -f /share/restart-kubelet
+    kill "$kubelet_pid"
+    wait "$kubelet_pid"
+    start_kubelet
+  fi
+  if [ -f /share/poweroff ]; then
+    log "poweroff requested"
+    kill "$kubelet_pid"
+    sync
+    echo o > /proc/sysrq-trigger
+  fi
+  sleep 2
+done

@@ -1,0 +1,340 @@
+"""A real Kubernetes node with swap: kubelet + containerd on cgroup v2 in a QEMU guest.
+
+Why a guest: the kubelet grants swap only on cgroup v2, and this machine's own memory
+cgroups belong to its supervisor (never touched here). Why software emulation: /dev/kvm on
+these machines cannot boot a stock kernel. So everything is slow and variable: every wait
+polls with a generous deadline; nothing sleeps a fixed time.
+
+The guest is built by ``build-node.sh`` (cached). Per run, it gets a copy-on-write overlay of
+the cached root disk, a fresh swap disk, and a 9p share through which the host hands it the
+kubelet's configuration and credentials and reads back its logs and ``status.json`` (the
+guest's meminfo, vmstat and every container cgroup's memory and swap files).
+
+Network: QEMU's user-mode network with ``restrict=on``: the guest reaches exactly one
+address, 10.0.2.100:6443, forwarded to the API server on the host's loopback; the API
+server reaches the kubelet at 10.0.2.15:10250, forwarded into the guest. The caller runs
+all of it inside a network namespace of its own (see conftest.py), so nothing leaves it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.e2e.cluster import ClusterError, Component, ControlPlane, wait_for
+
+NODE_DIR = Path(__file__).resolve().parent
+BUILD_SCRIPT = NODE_DIR / "build-node.sh"
+GUEST_IP = "10.0.2.15"  # QEMU user-mode network's guest address; the node's InternalIP
+API_ALIAS = "10.0.2.100"  # what the guest dials for the API server (guestfwd)
+KUBELET_PORT = 10250
+MIB = 1024 * 1024
+
+
+def route_to_guest() -> None:
+    """In the caller's own network namespace: loopback up, and GUEST_IP local to it.
+
+    QEMU's port forward to the kubelet listens on GUEST_IP. The route's source 127.0.0.1
+    matters: QEMU presents a loopback peer to the guest as its gateway 10.0.2.2, but a peer
+    of 10.0.2.15 as itself, and the guest would answer its own address.
+    """
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    routes = subprocess.run(["ip", "route", "show", "table", "local", f"{GUEST_IP}/32"],
+                            check=True, capture_output=True, text=True).stdout
+    if not routes.strip():
+        subprocess.run(["ip", "route", "add", "local", f"{GUEST_IP}/32", "dev", "lo",
+                        "src", "127.0.0.1", "table", "local"], check=True)
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("SWAPWISE_NODE_CACHE") or Path.home() / ".cache/swapwise/node")
+
+
+@dataclass(frozen=True)
+class Artifacts:
+    """What build-node.sh produced (its artifacts.json)."""
+
+    kernel: Path
+    initramfs: Path
+    root_disk: Path
+    kubelet_version: str
+
+    @classmethod
+    def build(cls) -> Artifacts:
+        """Run build-node.sh (nothing is rebuilt when cached) and read what it made."""
+        subprocess.run(["bash", str(BUILD_SCRIPT)], check=True)
+        data = json.loads((cache_dir() / "artifacts.json").read_text())
+        return cls(Path(data["kernel"]), Path(data["initramfs"]), Path(data["root_disk"]),
+                   data["kubelet_version"])
+
+
+def kubelet_config(swap_behavior: str, eviction_memory: str = "100Mi") -> dict[str, Any]:
+    """The KubeletConfiguration of a swap node (docs/nodes.md explains each field)."""
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "cgroupDriver": "cgroupfs",
+        "containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
+        "failSwapOn": False,
+        "memorySwap": {"swapBehavior": swap_behavior},
+        # Requests are authenticated by client certificate and authorised by the API server,
+        # as on a kubeadm node: the labeller's configz read goes through RBAC, not around it.
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"enabled": True},
+            "x509": {"clientCAFile": "/etc/kubernetes/pki/ca.crt"},
+        },
+        "authorization": {"mode": "Webhook"},
+        "resolvConf": "",
+        "evictionHard": {
+            "memory.available": eviction_memory,
+            "nodefs.available": "1%",
+            "imagefs.available": "1%",
+        },
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
+        "serializeImagePulls": False,
+        "nodeStatusUpdateFrequency": "10s",
+    }
+
+
+class RealNode:
+    """One QEMU guest running a kubelet that joins ``cp`` as node ``name``."""
+
+    def __init__(
+        self,
+        cp: ControlPlane,
+        artifacts: Artifacts,
+        name: str = "swap-node-1",
+        memory_mib: int = 2048,
+        swap_mib: int = 4096,
+        cpus: int = 2,
+        swap_behavior: str = "LimitedSwap",
+    ) -> None:
+        self.cp = cp
+        self.artifacts = artifacts
+        self.name = name
+        self.memory_mib = memory_mib
+        self.swap_mib = swap_mib
+        self.cpus = cpus
+        self.swap_behavior = swap_behavior
+        self.workdir = cp.workdir / f"node-{name}"
+        self.share = self.workdir / "share"
+        self.qemu: Component | None = None
+
+    # -- lifecycle
+
+    def __enter__(self) -> RealNode:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self, boot_timeout: float = 600.0) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self._write_share()
+        self._write_disks()
+        self.qemu = Component("qemu", self._qemu_argv(), self.workdir / "qemu.log")
+        self.qemu.start()
+        self.wait_for(lambda: "kubelet started" in self.node_log(), boot_timeout,
+                      what="the guest to boot and start the kubelet")
+        self.wait_for(self.ready, boot_timeout, what=f"node {self.name} to register")
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """Ask the guest to power off (it syncs and stops); kill QEMU if it does not."""
+        if self.qemu is None:
+            return
+        if self.qemu.alive():
+            (self.share / "poweroff").touch()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                assert self.qemu.proc is not None
+                self.qemu.proc.wait(timeout=timeout)
+        self.qemu.stop(grace=5)
+        self.qemu = None
+        # The disks are large and per run; the share (logs, status) stays with the work dir.
+        for disk in ("root.qcow2", "swap.img"):
+            (self.workdir / disk).unlink(missing_ok=True)
+
+    def _write_share(self) -> None:
+        share = self.share
+        shutil.rmtree(share, ignore_errors=True)
+        (share / "pki").mkdir(parents=True)
+        (share / "hostname").write_text(self.name)
+        shutil.copy(self.cp.pki / "ca.crt", share / "pki" / "ca.crt")
+        crt, key = self.cp.issue_client_cert(
+            f"kubelet-{self.name}", f"system:node:{self.name}", "system:nodes"
+        )
+        shutil.copy(crt, share / "pki" / "kubelet.crt")
+        shutil.copy(key, share / "pki" / "kubelet.key")
+        kubeconfig = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "local", "cluster": {
+                "server": f"https://{API_ALIAS}:6443",
+                "certificate-authority": "/etc/kubernetes/pki/ca.crt",
+                "tls-server-name": "localhost",  # a SAN of the API server's certificate
+            }}],
+            "users": [{"name": "kubelet", "user": {
+                "client-certificate": "/etc/kubernetes/pki/kubelet.crt",
+                "client-key": "/etc/kubernetes/pki/kubelet.key",
+            }}],
+            "contexts": [{"name": "local", "context": {"cluster": "local", "user": "kubelet"}}],
+            "current-context": "local",
+        }
+        (share / "kubelet.kubeconfig").write_text(json.dumps(kubeconfig))
+        (share / "kubelet.flags").write_text(
+            f"--hostname-override={self.name} --node-ip={GUEST_IP} --v=2\n"
+        )
+        self._write_kubelet_config()
+
+    def _write_kubelet_config(self) -> None:
+        config = kubelet_config(self.swap_behavior)
+        (self.share / "kubelet.yaml").write_text(json.dumps(config, indent=1))  # JSON is YAML
+
+    def _write_disks(self) -> None:
+        root = self.workdir / "root.qcow2"
+        root.unlink(missing_ok=True)
+        subprocess.run(
+            ["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw",
+             "-b", str(self.artifacts.root_disk), str(root)],
+            check=True,
+        )
+        swap = self.workdir / "swap.img"
+        with swap.open("wb") as f:
+            f.truncate(self.swap_mib * MIB)  # sparse: only what the guest swaps out takes disk
+        subprocess.run(["mkswap", "-q", str(swap)], check=True)
+
+    def _qemu_argv(self) -> list[str]:
+        accel = ["-accel", "tcg,thread=multi", "-cpu", "max"]
+        netdev = ",".join([
+            "user,id=n0,restrict=on",
+            f"guestfwd=tcp:{API_ALIAS}:6443-cmd:socat - TCP:127.0.0.1:{self.cp.api_port}",
+            f"hostfwd=tcp:{GUEST_IP}:{KUBELET_PORT}-:{KUBELET_PORT}",
+        ])
+        return [
+            "qemu-system-x86_64", *accel, "-m", str(self.memory_mib), "-smp", str(self.cpus),
+            "-no-reboot", "-display", "none", "-monitor", "none",
+            "-serial", f"file:{self.workdir / 'console.log'}",
+            "-kernel", str(self.artifacts.kernel), "-initrd", str(self.artifacts.initramfs),
+            "-append", "console=ttyS0 panic=-1 quiet cgroup_no_v1=all",
+            "-drive", f"file={self.workdir / 'root.qcow2'},if=virtio,format=qcow2",
+            "-drive", f"file={self.workdir / 'swap.img'},if=virtio,format=raw",
+            "-virtfs", f"local,path={self.share},mount_tag=share,security_model=none,id=share",
+            "-netdev", netdev, "-device", "virtio-net-pci,netdev=n0",
+        ]
+
+    # -- observing
+
+    def node_log(self) -> str:
+        try:
+            return (self.share / "node.log").read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def logs(self, lines: int = 30) -> str:
+        """Tails of what the guest wrote, for failure messages."""
+        out = []
+        for name in ("node.log", "kubelet.log", "containerd.log"):
+            path = self.share / name
+            text = path.read_text(errors="replace").splitlines() if path.exists() else []
+            out.append(f"----- guest {name} (last {lines}) -----\n" + "\n".join(text[-lines:]))
+        console = self.workdir / "console.log"
+        if console.exists():
+            text = console.read_text(errors="replace").splitlines()
+            out.append(f"----- guest console (last {lines}) -----\n" + "\n".join(text[-lines:]))
+        if self.qemu is not None:
+            out.append(self.qemu.tail(lines))
+        return "\n".join(out)
+
+    def check_alive(self) -> None:
+        if self.qemu is None or not self.qemu.alive():
+            raise ClusterError(f"the QEMU guest of {self.name} is not running\n{self.logs()}")
+
+    def wait_for(self, predicate: Any, timeout: float, what: str, interval: float = 2.0) -> Any:
+        """Poll ``predicate``; fail at once if QEMU died; logs of guest and cluster on timeout."""
+
+        def check() -> Any:
+            self.check_alive()
+            return predicate()
+
+        return wait_for(check, timeout, interval, what,
+                        on_timeout=lambda: f"{self.logs()}\n{self.cp.logs(15)}")
+
+    def node(self) -> dict[str, Any]:
+        node: dict[str, Any] = self.cp.get_json("node", self.name)
+        return node
+
+    def ready(self) -> bool:
+        """Registered, with swap reported: the kubelet has done its first status update."""
+        proc = self.cp.kubectl("get", "node", self.name, "-o", "json", check=False)
+        if proc.returncode != 0:
+            return False
+        status = json.loads(proc.stdout).get("status", {})
+        return bool(status.get("capacity", {}).get("memory")) and bool(status.get("nodeInfo"))
+
+    def status(self) -> dict[str, Any]:
+        """The guest's latest status.json (written every 2 s)."""
+        data: dict[str, Any] = json.loads((self.share / "status.json").read_text())
+        return data
+
+    def fresh_status(self, timeout: float = 120.0) -> dict[str, Any]:
+        """A status.json written after this call (so it reflects what just happened)."""
+        since = self.status()["uptime_s"]
+
+        def fresh() -> dict[str, Any] | None:
+            status = self.status()
+            return status if status["uptime_s"] > since else None
+
+        result: dict[str, Any] = self.wait_for(fresh, timeout, what="a fresh status.json")
+        return result
+
+    def container_cgroup(self, pod_uid: str, container_id: str) -> dict[str, Any] | None:
+        """One container's memory files, by pod UID and CRI container ID (cgroupfs layout:
+        kubepods[/burstable|/besteffort]/pod<uid>/<container id>)."""
+        for path, files in self.status()["cgroups"].items():
+            if f"/pod{pod_uid}/" in f"/{path}" and path.endswith(f"/{container_id}"):
+                found: dict[str, Any] = files
+                return found
+        return None
+
+    def restart_kubelet(self, swap_behavior: str, timeout: float = 300.0) -> None:
+        """Restart the guest's kubelet with another swapBehavior (same node, same swap)."""
+        generation = self.status()["kubelet_generation"]
+        self.swap_behavior = swap_behavior
+        self._write_kubelet_config()
+        (self.share / "restart-kubelet").touch()
+        self.wait_for(lambda: self.status()["kubelet_generation"] > generation, timeout,
+                      what=f"the kubelet to restart with swapBehavior {swap_behavior}")
+
+    def kubelet_get(self, path: str) -> str:
+        """GET a kubelet endpoint through the API server's node proxy (as cluster admin)."""
+        proc = self.cp.kubectl("get", "--raw", f"/api/v1/nodes/{self.name}/proxy{path}")
+        return proc.stdout
+
+
+
+def main() -> None:
+    """``unshare --net -- python -m tests.node.node``: a control plane and one real swap node,
+    until Ctrl-C. Reach them from another shell with ``nsenter --net=/proc/PID/ns/net``."""
+    from tests.e2e.cluster import ensure_binaries
+
+    route_to_guest()
+    artifacts = Artifacts.build()
+    with ControlPlane(ensure_binaries(), keep=True) as cp, RealNode(cp, artifacts) as node:
+        print(f"node {node.name} registered; guest files in {node.share}; pid {os.getpid()}")
+        cp.run_until_interrupted()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,428 @@
+"""The promise, on a real kubelet: reshaped pods get swap, and ~3x the pods run without OOM.
+
+One node (2 GiB RAM, 4 GiB swap, LimitedSwap), one control plane, swapwise installed by the
+chart, ``label-nodes`` reading the kubelet's real configuration. The scenarios run in this
+file's order on that node; each removes its pods before the next. Every figure goes to
+build/node-e2e/results.json (BENCHMARKS.md, "Density on a real node", explains them).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e.cluster import PROFILE_LABEL, SWAP_LABEL, ControlPlane, swapwise_executable
+from tests.e2e.install import Installation
+from tests.node.conftest import PROFILES, Labeller
+from tests.node.node import RealNode
+
+pytestmark = pytest.mark.node
+
+PAGE = 4096
+SWAP_NODE_ANNOTATION = "swapwise.io/swap-node"
+
+# The sandbox: written Guaranteed (request == limit), holding a cold set it allocated once
+# and a hot set it keeps touching. cold + hot + runtime ~ 170 MiB of a 256Mi limit, so the
+# pods the node packs with swapwise hold ~1.8x its RAM in all: only swap keeps them alive.
+LIMIT = "256Mi"
+LIMIT_BYTES = 256 * 1024**2
+COLD_MIB, HOT_MIB = 150, 16
+CPU = "50m"  # small, so CPU never binds before memory on a 2-vCPU node
+HOLD_SECONDS = 120  # "stay Running for at least 2 minutes"
+
+
+def sandbox_pod(name: str, namespace: str, cold_mib: int = COLD_MIB) -> dict[str, Any]:
+    resources = {"cpu": CPU, "memory": LIMIT}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app": "sandbox"}},
+        "spec": {
+            "hostNetwork": True,  # the node has no CNI plugin; the workload needs no network
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "terminationGracePeriodSeconds": 2,
+            "containers": [{
+                "name": "sandbox",
+                "image": "localhost/swapwise/workload:v1",
+                "imagePullPolicy": "Never",
+                "args": ["sandbox", "-cold-mib", str(cold_mib), "-hot-mib", str(HOT_MIB)],
+                "resources": {"requests": dict(resources), "limits": dict(resources)},
+            }],
+        },
+    }
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def quantity_bytes(text: str) -> int:
+    """Node memory quantities as the kubelet reports them (plain bytes or Ki)."""
+    units = {"Ki": 1024, "Mi": 1024**2, "Gi": 1024**3}
+    for suffix, factor in units.items():
+        if text.endswith(suffix):
+            return int(text[: -len(suffix)]) * factor
+    return int(text)
+
+
+def node_shape(node: RealNode) -> dict[str, int]:
+    status = node.node()["status"]
+    return {
+        "memory": quantity_bytes(status["capacity"]["memory"]),
+        "allocatable": quantity_bytes(status["allocatable"]["memory"]),
+        "swap": int(status["nodeInfo"]["swap"]["capacity"]),
+        "cpu_milli": int(float(status["allocatable"]["cpu"].rstrip("m")) * (
+            1 if status["allocatable"]["cpu"].endswith("m") else 1000)),
+    }
+
+
+def create_namespace(cp: ControlPlane, name: str, profile: str | None) -> None:
+    cp.create_namespace(name, {PROFILE_LABEL: profile} if profile else {})
+
+
+def pods(cp: ControlPlane, namespace: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = cp.get_json("pods", "-n", namespace)["items"]
+    return items
+
+
+def running(pod: dict[str, Any]) -> bool:
+    return bool(pod["status"].get("phase") == "Running" and all(
+        "running" in c.get("state", {}) for c in pod["status"].get("containerStatuses") or [{}]))
+
+
+def container_id(pod: dict[str, Any]) -> str:
+    cid: str = pod["status"]["containerStatuses"][0]["containerID"]
+    return cid.split("://", 1)[1]
+
+
+def oom_killed(pod: dict[str, Any]) -> bool:
+    """The kubelet saw a container of this pod OOM-killed (now or as its last state)."""
+    return any(
+        state.get("terminated", {}).get("reason") == "OOMKilled"
+        for c in pod["status"].get("containerStatuses") or []
+        for state in (c.get("state", {}), c.get("lastState", {}))
+    )
+
+
+def evicted(pod: dict[str, Any]) -> bool:
+    return bool(pod["status"].get("reason") == "Evicted")
+
+
+def placement(cp: ControlPlane, namespace: str, count: int, node: RealNode) -> tuple[int, int]:
+    """Wait until the scheduler has decided every pod; return (placed, unschedulable)."""
+
+    def decided() -> tuple[int, int] | None:
+        items = pods(cp, namespace)
+        placed = sum(1 for p in items if p["spec"].get("nodeName"))
+        refused = sum(1 for p in items if any(
+            c["type"] == "PodScheduled" and c["status"] == "False" and c.get("reason") ==
+            "Unschedulable" for c in p["status"].get("conditions") or []))
+        return (placed, refused) if len(items) == count and placed + refused == count else None
+
+    what = f"the scheduler to place the pods of {namespace}"
+    result: tuple[int, int] = node.wait_for(decided, 180, what=what)
+    return result
+
+
+def hot_ops(cp: ControlPlane, namespace: str, name: str) -> float | None:
+    """The last hot-loop throughput a pod reported (kubectl logs: API server -> kubelet)."""
+    out = cp.kubectl("logs", "-n", namespace, name, "--tail=5", check=False).stdout
+    rates = [json.loads(line)["hot_ops_per_s"] for line in out.splitlines()
+             if line.startswith("{") and '"phase":"running"' in line]
+    return rates[-1] if rates else None
+
+
+def swap_used(node: RealNode) -> int:
+    meminfo = node.fresh_status()["meminfo"]
+    return (int(meminfo["SwapTotal"]) - int(meminfo["SwapFree"])) * 1024
+
+
+def kubelet_swap_metrics(node: RealNode, namespace: str) -> dict[str, float]:
+    """The kubelet's own swap figures (``/metrics/resource``, alpha metrics since 1.30):
+    the node's swap in use, and the sum and count of this namespace's containers."""
+    node_usage, containers = 0.0, []
+    for line in node.kubelet_get("/metrics/resource").splitlines():
+        if line.startswith("node_swap_usage_bytes"):
+            node_usage = float(line.split()[1])
+        elif line.startswith("container_swap_usage_bytes{") and f'namespace="{namespace}"' in line:
+            containers.append(float(line.split("}", 1)[1].split()[0]))
+    return {"node_swap_usage_bytes": node_usage,
+            "container_swap_usage_bytes_sum": sum(containers),
+            "containers_reported": len(containers)}
+
+
+def guest_oom_kills(node: RealNode) -> int:
+    return int(node.status()["vmstat"]["oom_kill"])
+
+
+def delete_namespace(cp: ControlPlane, node: RealNode, namespace: str) -> None:
+    cp.kubectl("delete", "namespace", namespace, "--wait=false")
+    node.wait_for(lambda: cp.kubectl("get", "namespace", namespace, check=False).returncode != 0,
+                  600, what=f"namespace {namespace} and its pods to be gone")
+
+
+def plan(node_shape_: dict[str, int], profile: str, node_workdir: Path) -> dict[str, Any]:
+    """``swapwise plan`` for the sandbox pod on this node, with the chart's profiles."""
+    policy = {"apiVersion": "swapwise.io/v1alpha1", "kind": "SwapPolicy", "profiles": PROFILES}
+    manifest = yaml.safe_dump(sandbox_pod("sandbox", "plan"))
+    policy_file = node_workdir / "plan-policy.yaml"
+    policy_file.write_text(yaml.safe_dump(policy))
+    argv = [swapwise_executable(), "plan", "-f", "-", "--policy", str(policy_file),
+            "--profile", profile, "--node-memory", str(node_shape_["memory"]),
+            "--node-swap", str(node_shape_["swap"]),
+            "--node-cpu", f"{node_shape_['cpu_milli']}m",
+            "--allocatable-memory", str(node_shape_["allocatable"]), "-o", "json"]
+    proc = subprocess.run(argv, input=manifest, capture_output=True, text=True, check=True)
+    workload: dict[str, Any] = json.loads(proc.stdout)["workloads"][0]
+    return workload
+
+
+# --------------------------------------------------------------------------- scenarios
+
+
+def test_labeller_labels_the_limitedswap_node(
+    node: RealNode, labeller: Labeller, results: dict[str, Any]
+) -> None:
+    """Scenario 4, first half: the label follows the kubelet's real configuration."""
+    results["kubelet_version"] = node.node()["status"]["nodeInfo"]["kubeletVersion"]
+    configz = json.loads(node.kubelet_get("/configz"))["kubeletconfig"]
+    assert configz["memorySwap"]["swapBehavior"] == "LimitedSwap"
+
+    def labelled() -> bool:
+        labels: dict[str, str] = node.node()["metadata"].get("labels", {})
+        return labels.get(SWAP_LABEL) == "true"
+
+    node.wait_for(labelled, 120, what=f"label-nodes to label {node.name}")
+    annotation = node.node()["metadata"]["annotations"][SWAP_NODE_ANNOTATION]
+    assert annotation.startswith("true:"), annotation
+    results["labeller.limitedswap_labelled"] = True
+
+
+def test_reshaped_pod_gets_the_kubelets_swap_share(
+    node: RealNode, swapwise: Installation, labeller: Labeller, results: dict[str, Any]
+) -> None:
+    """Scenario 1: memory.swap.max of a reshaped container is exactly the kubelet's formula,
+    and the same pod in a namespace that did not opt in gets none."""
+    cp = node.cp
+    shape = node_shape(node)
+    results["node_memory_bytes"] = shape["memory"]
+    results["node_swap_bytes"] = shape["swap"]
+    assert shape["swap"] > 0
+    create_namespace(cp, "granted", "sandbox")
+    create_namespace(cp, "not-opted-in", None)
+    for ns in ("granted", "not-opted-in"):
+        cp.apply(json.dumps(sandbox_pod("one", ns, cold_mib=8)))
+
+    def both_running() -> list[dict[str, Any]] | None:
+        got = [cp.get_json("pod", "one", "-n", ns) for ns in ("granted", "not-opted-in")]
+        return got if all(running(p) for p in got) else None
+
+    reshaped, plain = node.wait_for(both_running, 600, what="both pods Running")
+    request = quantity_bytes(reshaped["spec"]["containers"][0]["resources"]["requests"]["memory"])
+    assert request < LIMIT_BYTES
+    assert reshaped["status"]["qosClass"] == "Burstable"
+    assert plain["status"]["qosClass"] == "Guaranteed"
+    # The kubelet's LimitedSwap share, with the node's machine capacity (not allocatable),
+    # which the kernel stores rounded down to a whole page.
+    asked = int(request / shape["memory"] * shape["swap"])
+    expected = asked // PAGE * PAGE
+
+    def cgroups() -> tuple[dict[str, Any], dict[str, Any]] | None:
+        a = node.container_cgroup(reshaped["metadata"]["uid"], container_id(reshaped))
+        b = node.container_cgroup(plain["metadata"]["uid"], container_id(plain))
+        return (a, b) if a and b else None
+
+    granted, refused = node.wait_for(cgroups, 120, what="the containers' cgroups in status.json")
+    results["swap_max_reshaped_bytes"] = int(granted["memory.swap.max"])
+    results["swap_max_expected_bytes"] = expected
+    results["swap_max_not_opted_in_bytes"] = int(refused["memory.swap.max"])
+    assert int(granted["memory.swap.max"]) == expected
+    assert int(refused["memory.swap.max"]) == 0
+    for ns in ("granted", "not-opted-in"):
+        delete_namespace(cp, node, ns)
+
+
+class Run:
+    """One density run: its namespace, pod count and what was observed."""
+
+    def __init__(self, node: RealNode, namespace: str, profile: str | None, count: int) -> None:
+        self.node, self.cp = node, node.cp
+        self.namespace, self.profile, self.count = namespace, profile, count
+        self.placed = self.refused = 0
+        self.oom_start = 0
+
+    def start(self) -> None:
+        create_namespace(self.cp, self.namespace, self.profile)
+        self.oom_start = guest_oom_kills(self.node)
+        items = [sandbox_pod(f"sandbox-{i:02d}", self.namespace) for i in range(self.count)]
+        self.cp.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+        self.placed, self.refused = placement(self.cp, self.namespace, self.count, self.node)
+
+    def placed_pods(self) -> list[dict[str, Any]]:
+        return [p for p in pods(self.cp, self.namespace) if p["spec"].get("nodeName")]
+
+    def counts(self) -> dict[str, int]:
+        placed = self.placed_pods()
+        return {
+            "placed": len(placed),
+            "running": sum(running(p) for p in placed),
+            # The guest kernel's count is the truth (a restarted container's cgroup is gone);
+            # pods the kubelet marked OOMKilled are a lower bound of it.
+            "oom_kills": max(sum(oom_killed(p) for p in placed),
+                             guest_oom_kills(self.node) - self.oom_start),
+            "evictions": sum(evicted(p) for p in placed),
+            "restarts": sum(c.get("restartCount", 0) for p in placed
+                            for c in p["status"].get("containerStatuses") or []),
+        }
+
+    def wait_all_working(self, timeout: float) -> None:
+        """Every placed pod Running and past its allocation (it reported a hot-loop rate)."""
+
+        def working() -> bool:
+            placed = self.placed_pods()
+            if not all(running(p) for p in placed):
+                return False
+            return all(hot_ops(self.cp, self.namespace, p["metadata"]["name"]) for p in placed)
+
+        self.node.wait_for(working, timeout, interval=10,
+                           what=f"all pods of {self.namespace} Running and allocated")
+
+    def swap_current(self) -> int:
+        """Swap in use by this run's containers, from their cgroups in the guest."""
+        uids = {f"/pod{p['metadata']['uid']}/" for p in self.placed_pods()}
+        return sum(int(files["memory.swap.current"])
+                   for path, files in self.node.fresh_status()["cgroups"].items()
+                   if any(uid in f"/{path}" for uid in uids) and files["memory.max"] != "max")
+
+    def median_hot_ops(self) -> float:
+        rates = [hot_ops(self.cp, self.namespace, p["metadata"]["name"])
+                 for p in self.placed_pods()]
+        return float(statistics.median(r for r in rates if r))
+
+    def observe(self, seconds: float, stop: Callable[[dict[str, int]], bool] | None = None
+                ) -> dict[str, int]:
+        """Poll the counts for ``seconds`` (or until ``stop`` says so); return the worst seen."""
+        deadline = time.monotonic() + seconds
+        worst = self.counts()
+        while time.monotonic() < deadline and not (stop and stop(worst)):
+            self.node.check_alive()
+            time.sleep(10)
+            now = self.counts()
+            worst = {k: (min if k in ("running", "placed") else max)(worst[k], now[k])
+                     for k in now}
+        return worst
+
+    def delete(self) -> None:
+        delete_namespace(self.cp, self.node, self.namespace)
+
+
+@pytest.fixture(scope="module")
+def density_plan(node: RealNode) -> dict[str, Any]:
+    """What ``swapwise plan`` predicts for the sandbox on this node, per profile."""
+    shape = node_shape(node)
+    return {profile: plan(shape, profile, node.workdir) for profile in ("sandbox", "aggressive")}
+
+
+def test_density_triples_without_oom_kills(
+    node: RealNode, swapwise: Installation, labeller: Labeller,
+    density_plan: dict[str, Any], results: dict[str, Any],
+) -> None:
+    """Scenario 2: the same sandboxes, without and with swapwise (swapRatio 2)."""
+    shape = node_shape(node)
+    target = density_plan["sandbox"]["containers"][0]["after"]["request"]
+    expected_without = shape["allocatable"] // LIMIT_BYTES
+    expected_with = shape["allocatable"] // target
+    count = expected_with + 2  # two more than fit: the scheduler's limit shows
+    assert count * 50 <= shape["cpu_milli"], "CPU would bind before memory"
+    results["plan.predicted_fit.with"] = density_plan["sandbox"]["swapRatio"]["fits"]
+    results["plan.per_node.with"] = density_plan["sandbox"]["after"]["perNode"]
+    results["plan.per_node.without"] = density_plan["sandbox"]["before"]["perNode"]
+
+    without = Run(node, "density-without", None, count)
+    without.start()
+    results["density.without.placed"] = without.placed
+    assert without.placed == expected_without
+    without.wait_all_working(900)
+    results["density.hot_ops_per_s.without"] = without.median_hot_ops()
+    results["density.without.oom_kills"] = without.counts()["oom_kills"]
+    without.delete()
+
+    with_ = Run(node, "density-with", "sandbox", count)
+    with_.start()
+    results["density.with.placed"] = with_.placed
+    assert with_.placed == expected_with
+    assert with_.placed >= math.ceil(2.9 * without.placed)
+    with_.wait_all_working(1800)
+    worst = with_.observe(HOLD_SECONDS)
+    results["density.with.running_at_end"] = with_.counts()["running"]
+    results["density.with.oom_kills"] = worst["oom_kills"]
+    results["density.with.evictions"] = worst["evictions"]
+    results["density.with.swap_used_bytes"] = swap_used(node)
+    results["density.with.containers_swap_current_bytes"] = with_.swap_current()
+    results["density.hot_ops_per_s.with"] = with_.median_hot_ops()
+    metrics = kubelet_swap_metrics(node, with_.namespace)
+    for key, value in metrics.items():
+        results[f"density.with.kubelet.{key}"] = value
+    assert worst["running"] == with_.placed, worst
+    assert worst["oom_kills"] == 0, worst
+    assert worst["evictions"] == 0, worst
+    assert worst["restarts"] == 0, worst
+    assert results["density.with.swap_used_bytes"] > 0
+    assert results["density.with.containers_swap_current_bytes"] > 0
+    assert metrics["node_swap_usage_bytes"] > 0
+    assert metrics["containers_reported"] == with_.placed
+    assert results["plan.predicted_fit.with"] is True
+    with_.delete()
+
+
+def test_too_aggressive_overcommits_as_plan_predicts(
+    node: RealNode, swapwise: Installation, labeller: Labeller,
+    density_plan: dict[str, Any], results: dict[str, Any],
+) -> None:
+    """Scenario 3: requestRatio 0.1 packs the same pods with a swap share far below their cold
+    memory; plan says it does not fit, and the node shows what that means."""
+    predicted = density_plan["aggressive"]["swapRatio"]["fits"]
+    results["plan.predicted_fit.aggressive"] = predicted
+    results["plan.per_node.aggressive"] = density_plan["aggressive"]["after"]["perNode"]
+    assert predicted is False
+    count = results.get("density.with.placed") or 20
+    run = Run(node, "density-aggressive", "aggressive", count)
+    run.start()
+    results["aggressive.placed"] = run.placed
+    assert run.placed == count  # the scheduler sees room for all of them (and more)
+    worst = run.observe(900, stop=lambda c: c["oom_kills"] + c["evictions"] > 0)
+    worst = run.observe(30) if worst["oom_kills"] + worst["evictions"] else worst
+    results["aggressive.oom_kills"] = worst["oom_kills"]
+    results["aggressive.evictions"] = worst["evictions"]
+    assert worst["oom_kills"] + worst["evictions"] > 0, worst
+    run.delete()
+
+
+def test_labeller_removes_the_label_from_a_noswap_kubelet(
+    node: RealNode, labeller: Labeller, results: dict[str, Any]
+) -> None:
+    """Scenario 4, second half: the same node, the same swap disk, kubelet back on NoSwap:
+    the node still reports swap capacity, and loses the label, with the reason on it."""
+    node.restart_kubelet("NoSwap")
+    assert node.node()["status"]["nodeInfo"]["swap"]["capacity"] > 0
+
+    def unlabelled() -> str | None:
+        meta = node.node()["metadata"]
+        note = meta.get("annotations", {}).get(SWAP_NODE_ANNOTATION, "")
+        if SWAP_LABEL not in meta.get("labels", {}) and note.startswith("false:"):
+            return str(note)
+        return None
+
+    reason = node.wait_for(unlabelled, 300, what="label-nodes to unlabel the NoSwap node")
+    assert "NoSwap" in reason
+    results["labeller.noswap_labelled"] = SWAP_LABEL in node.node()["metadata"]["labels"]
+    results["labeller.noswap_reason"] = reason

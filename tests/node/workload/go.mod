@@ -1,0 +1,3 @@
+module swapwise.local/node/workload
+
+go 1.22
