@@ -29,7 +29,7 @@ lint: venv
 	$(BIN)/mypy
 
 unit: venv
-	SWAPWISE_SKIP_E2E=1 $(BIN)/pytest -m "not e2e"
+	SWAPWISE_SKIP_E2E=1 $(BIN)/pytest -m "not e2e and not node"
 
 e2e: venv control-plane
 	$(BIN)/pytest -m e2e tests/e2e

@@ -6,7 +6,6 @@ cached after: see build-control-plane.sh). SWAPWISE_E2E_KEEP=1 keeps the work di
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 from collections.abc import Generator, Iterator
@@ -19,6 +18,7 @@ if str(REPO_ROOT) not in sys.path:  # so `tests.e2e.cluster` imports under plain
     sys.path.insert(0, str(REPO_ROOT))
 
 from tests.e2e.cluster import SWAP_LABEL, ControlPlane, ensure_binaries  # noqa: E402
+from tests.progress import uncaptured  # noqa: E402
 
 SWAP_NODES = ("swap-1", "swap-2")
 PLAIN_NODES = ("plain-1",)
@@ -29,9 +29,7 @@ def control_plane(pytestconfig: pytest.Config) -> Iterator[ControlPlane]:
     """etcd + kube-apiserver + scheduler + controller-manager, torn down after the session."""
     if os.environ.get("SWAPWISE_SKIP_E2E") == "1":
         pytest.skip("SWAPWISE_SKIP_E2E=1: end-to-end tests against a local control plane skipped")
-    # A cold build takes minutes: let its progress reach the terminal instead of the capture.
-    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
-    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+    with uncaptured(pytestconfig):
         binaries = ensure_binaries()
     with ControlPlane(binaries) as cp:
         yield cp

@@ -11,7 +11,6 @@ by ``make node-e2e``) turns the skip into a failure, so CI can never skip it sil
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -33,6 +32,7 @@ from tests.e2e.cluster import (
 )
 from tests.e2e.install import Installation
 from tests.node.node import Artifacts, RealNode, route_to_guest
+from tests.progress import uncaptured
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "build" / "node-e2e" / "results.json"
@@ -75,8 +75,7 @@ def private_network() -> None:
 @pytest.fixture(scope="session")
 def artifacts(pytestconfig: pytest.Config, private_network: None) -> Artifacts:
     """Build (or find cached) the kubelet, kernel, root disk and images."""
-    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
-    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+    with uncaptured(pytestconfig):
         built = Artifacts.build()  # a failed build raises: a failure, never a skip
     if not shutil.which("qemu-system-x86_64"):
         _not_possible("qemu-system-x86_64 is not installed and build-node.sh could not install "
@@ -86,8 +85,7 @@ def artifacts(pytestconfig: pytest.Config, private_network: None) -> Artifacts:
 
 @pytest.fixture(scope="session")
 def control_plane(pytestconfig: pytest.Config, private_network: None) -> Iterator[ControlPlane]:
-    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
-    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+    with uncaptured(pytestconfig):
         binaries = ensure_binaries()
     with ControlPlane(binaries) as cp:
         yield cp

@@ -299,10 +299,16 @@ class RealNode:
         result: dict[str, Any] = self.wait_for(fresh, timeout, what="a fresh status.json")
         return result
 
-    def container_cgroup(self, pod_uid: str, container_id: str) -> dict[str, Any] | None:
-        """One container's memory files, by pod UID and CRI container ID (cgroupfs layout:
-        kubepods[/burstable|/besteffort]/pod<uid>/<container id>)."""
-        for path, files in self.status()["cgroups"].items():
+    @staticmethod
+    def container_cgroup(
+        status: dict[str, Any], pod_uid: str, container_id: str
+    ) -> dict[str, Any] | None:
+        """One container's memory files in ``status``, by pod UID and CRI container ID
+        (cgroupfs layout: kubepods[/burstable|/besteffort]/pod<uid>/<container id>).
+
+        Take ``status`` with :meth:`fresh_status` after the container is running: an older
+        one may have caught its cgroup just created, before runc wrote the limits."""
+        for path, files in status["cgroups"].items():
             if f"/pod{pod_uid}/" in f"/{path}" and path.endswith(f"/{container_id}"):
                 found: dict[str, Any] = files
                 return found

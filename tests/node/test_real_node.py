@@ -237,8 +237,9 @@ def test_reshaped_pod_gets_the_kubelets_swap_share(
     expected = asked // PAGE * PAGE
 
     def cgroups() -> tuple[dict[str, Any], dict[str, Any]] | None:
-        a = node.container_cgroup(reshaped["metadata"]["uid"], container_id(reshaped))
-        b = node.container_cgroup(plain["metadata"]["uid"], container_id(plain))
+        status = node.fresh_status()
+        a = node.container_cgroup(status, reshaped["metadata"]["uid"], container_id(reshaped))
+        b = node.container_cgroup(status, plain["metadata"]["uid"], container_id(plain))
         return (a, b) if a and b else None
 
     granted, refused = node.wait_for(cgroups, 120, what="the containers' cgroups in status.json")
