@@ -219,6 +219,15 @@ def test_reshaped_pod_gets_the_kubelets_swap_share(
     assert shape["swap"] > 0
     create_namespace(cp, "granted", "sandbox")
     create_namespace(cp, "not-opted-in", None)
+    try:
+        check_swap_limits(node, shape, results)
+    finally:  # the next scenarios need the node empty
+        for ns in ("granted", "not-opted-in"):
+            delete_namespace(cp, node, ns)
+
+
+def check_swap_limits(node: RealNode, shape: dict[str, int], results: dict[str, Any]) -> None:
+    cp = node.cp
     for ns in ("granted", "not-opted-in"):
         cp.apply(json.dumps(sandbox_pod("one", ns, cold_mib=8)))
 
@@ -237,19 +246,27 @@ def test_reshaped_pod_gets_the_kubelets_swap_share(
     expected = asked // PAGE * PAGE
 
     def cgroups() -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """Both containers' files, once both swap limits are set. A snapshot can still show
+        a just-created cgroup's default ("max"); a limit the kubelet never sets stays "max"
+        and fails the wait with what was last seen."""
         status = node.fresh_status()
         a = node.container_cgroup(status, reshaped["metadata"]["uid"], container_id(reshaped))
         b = node.container_cgroup(status, plain["metadata"]["uid"], container_id(plain))
-        return (a, b) if a and b else None
+        seen["granted"], seen["refused"] = a, b
+        if a and b and a["memory.swap.max"].isdigit() and b["memory.swap.max"].isdigit():
+            return a, b
+        return None
 
-    granted, refused = node.wait_for(cgroups, 120, what="the containers' cgroups in status.json")
+    seen: dict[str, Any] = {}
+    try:
+        granted, refused = node.wait_for(cgroups, 180, what="both containers' swap limits")
+    except TimeoutError as exc:
+        raise AssertionError(f"swap limits never set: {seen}") from exc
     results["swap_max_reshaped_bytes"] = int(granted["memory.swap.max"])
     results["swap_max_expected_bytes"] = expected
     results["swap_max_not_opted_in_bytes"] = int(refused["memory.swap.max"])
     assert int(granted["memory.swap.max"]) == expected
     assert int(refused["memory.swap.max"]) == 0
-    for ns in ("granted", "not-opted-in"):
-        delete_namespace(cp, node, ns)
 
 
 class Run:
@@ -322,7 +339,16 @@ class Run:
                      for k in now}
         return worst
 
-    def delete(self) -> None:
+    def __enter__(self) -> Run:
+        try:
+            self.start()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Always remove the run's namespace: the next run needs the node empty."""
         delete_namespace(self.cp, self.node, self.namespace)
 
 
@@ -348,31 +374,28 @@ def test_density_triples_without_oom_kills(
     results["plan.per_node.with"] = density_plan["sandbox"]["after"]["perNode"]
     results["plan.per_node.without"] = density_plan["sandbox"]["before"]["perNode"]
 
-    without = Run(node, "density-without", None, count)
-    without.start()
-    results["density.without.placed"] = without.placed
-    assert without.placed == expected_without
-    without.wait_all_working(900)
-    results["density.hot_ops_per_s.without"] = without.median_hot_ops()
-    results["density.without.oom_kills"] = without.counts()["oom_kills"]
-    without.delete()
+    with Run(node, "density-without", None, count) as without:
+        results["density.without.placed"] = without.placed
+        assert without.placed == expected_without
+        without.wait_all_working(900)
+        results["density.hot_ops_per_s.without"] = without.median_hot_ops()
+        results["density.without.oom_kills"] = without.counts()["oom_kills"]
 
-    with_ = Run(node, "density-with", "sandbox", count)
-    with_.start()
-    results["density.with.placed"] = with_.placed
-    assert with_.placed == expected_with
-    assert with_.placed >= math.ceil(2.9 * without.placed)
-    with_.wait_all_working(1800)
-    worst = with_.observe(HOLD_SECONDS)
-    results["density.with.running_at_end"] = with_.counts()["running"]
-    results["density.with.oom_kills"] = worst["oom_kills"]
-    results["density.with.evictions"] = worst["evictions"]
-    results["density.with.swap_used_bytes"] = swap_used(node)
-    results["density.with.containers_swap_current_bytes"] = with_.swap_current()
-    results["density.hot_ops_per_s.with"] = with_.median_hot_ops()
-    metrics = kubelet_swap_metrics(node, with_.namespace)
-    for key, value in metrics.items():
-        results[f"density.with.kubelet.{key}"] = value
+    with Run(node, "density-with", "sandbox", count) as with_:
+        results["density.with.placed"] = with_.placed
+        assert with_.placed == expected_with
+        assert with_.placed >= math.ceil(2.9 * without.placed)
+        with_.wait_all_working(1800)
+        worst = with_.observe(HOLD_SECONDS)
+        results["density.with.running_at_end"] = with_.counts()["running"]
+        results["density.with.oom_kills"] = worst["oom_kills"]
+        results["density.with.evictions"] = worst["evictions"]
+        results["density.with.swap_used_bytes"] = swap_used(node)
+        results["density.with.containers_swap_current_bytes"] = with_.swap_current()
+        results["density.hot_ops_per_s.with"] = with_.median_hot_ops()
+        metrics = kubelet_swap_metrics(node, with_.namespace)
+        for key, value in metrics.items():
+            results[f"density.with.kubelet.{key}"] = value
     assert worst["running"] == with_.placed, worst
     assert worst["oom_kills"] == 0, worst
     assert worst["evictions"] == 0, worst
@@ -382,7 +405,6 @@ def test_density_triples_without_oom_kills(
     assert metrics["node_swap_usage_bytes"] > 0
     assert metrics["containers_reported"] == with_.placed
     assert results["plan.predicted_fit.with"] is True
-    with_.delete()
 
 
 def test_too_aggressive_overcommits_as_plan_predicts(
@@ -395,17 +417,15 @@ def test_too_aggressive_overcommits_as_plan_predicts(
     results["plan.predicted_fit.aggressive"] = predicted
     results["plan.per_node.aggressive"] = density_plan["aggressive"]["after"]["perNode"]
     assert predicted is False
-    count = results.get("density.with.placed") or 20
-    run = Run(node, "density-aggressive", "aggressive", count)
-    run.start()
-    results["aggressive.placed"] = run.placed
-    assert run.placed == count  # the scheduler sees room for all of them (and more)
-    worst = run.observe(900, stop=lambda c: c["oom_kills"] + c["evictions"] > 0)
-    worst = run.observe(30) if worst["oom_kills"] + worst["evictions"] else worst
-    results["aggressive.oom_kills"] = worst["oom_kills"]
-    results["aggressive.evictions"] = worst["evictions"]
+    shape = node_shape(node)
+    count = shape["allocatable"] // density_plan["sandbox"]["containers"][0]["after"]["request"]
+    with Run(node, "density-aggressive", "aggressive", count) as run:
+        results["aggressive.placed"] = run.placed
+        assert run.placed == count  # the scheduler sees room for all of them (and more)
+        worst = run.observe(900, stop=lambda c: c["oom_kills"] + c["evictions"] > 0)
+        results["aggressive.oom_kills"] = worst["oom_kills"]
+        results["aggressive.evictions"] = worst["evictions"]
     assert worst["oom_kills"] + worst["evictions"] > 0, worst
-    run.delete()
 
 
 def test_labeller_removes_the_label_from_a_noswap_kubelet(
