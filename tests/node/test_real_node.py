@@ -24,6 +24,7 @@ from tests.e2e.cluster import PROFILE_LABEL, SWAP_LABEL, ControlPlane, swapwise_
 from tests.e2e.install import Installation
 from tests.node.conftest import PROFILES, Labeller
 from tests.node.node import RealNode
+from webhook.quantity import parse_bytes, parse_quantity
 
 pytestmark = pytest.mark.node
 
@@ -65,23 +66,13 @@ def sandbox_pod(name: str, namespace: str, cold_mib: int = COLD_MIB) -> dict[str
 # --------------------------------------------------------------------------- helpers
 
 
-def quantity_bytes(text: str) -> int:
-    """Node memory quantities as the kubelet reports them (plain bytes or Ki)."""
-    units = {"Ki": 1024, "Mi": 1024**2, "Gi": 1024**3}
-    for suffix, factor in units.items():
-        if text.endswith(suffix):
-            return int(text[: -len(suffix)]) * factor
-    return int(text)
-
-
 def node_shape(node: RealNode) -> dict[str, int]:
     status = node.node()["status"]
     return {
-        "memory": quantity_bytes(status["capacity"]["memory"]),
-        "allocatable": quantity_bytes(status["allocatable"]["memory"]),
+        "memory": parse_bytes(status["capacity"]["memory"]),
+        "allocatable": parse_bytes(status["allocatable"]["memory"]),
         "swap": int(status["nodeInfo"]["swap"]["capacity"]),
-        "cpu_milli": int(float(status["allocatable"]["cpu"].rstrip("m")) * (
-            1 if status["allocatable"]["cpu"].endswith("m") else 1000)),
+        "cpu_milli": int(parse_quantity(status["allocatable"]["cpu"]) * 1000),
     }
 
 
@@ -236,7 +227,7 @@ def check_swap_limits(node: RealNode, shape: dict[str, int], results: dict[str, 
         return got if all(running(p) for p in got) else None
 
     reshaped, plain = node.wait_for(both_running, 600, what="both pods Running")
-    request = quantity_bytes(reshaped["spec"]["containers"][0]["resources"]["requests"]["memory"])
+    request = parse_bytes(reshaped["spec"]["containers"][0]["resources"]["requests"]["memory"])
     assert request < LIMIT_BYTES
     assert reshaped["status"]["qosClass"] == "Burstable"
     assert plain["status"]["qosClass"] == "Guaranteed"

@@ -13,11 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.labeller.labels import as_mapping
+
 Fingerprint = tuple[str, ...]
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
 
 
 def fingerprint(node: Mapping[str, Any]) -> Fingerprint:
@@ -29,16 +27,16 @@ def fingerprint(node: Mapping[str, Any]) -> Fingerprint:
     A quick restart that keeps Ready true shows in none of them: the TTL and the resync
     catch that.
     """
-    status = _mapping(node.get("status"))
-    info = _mapping(status.get("nodeInfo"))
+    status = as_mapping(node.get("status"))
+    info = as_mapping(status.get("nodeInfo"))
     conditions = status.get("conditions")
     ready: Mapping[str, Any] = next(
-        (_mapping(c) for c in conditions if _mapping(c).get("type") == "Ready"), {}
+        (as_mapping(c) for c in conditions if as_mapping(c).get("type") == "Ready"), {}
     ) if isinstance(conditions, list) else {}
     return (
         str(info.get("bootID", "")),
         str(info.get("kubeletVersion", "")),
-        str(_mapping(info.get("swap")).get("capacity", "")),
+        str(as_mapping(info.get("swap")).get("capacity", "")),
         str(ready.get("lastTransitionTime", "")),
     )
 

@@ -109,7 +109,8 @@ class NodeChange:
     verdict: Verdict
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
+def as_mapping(value: Any) -> Mapping[str, Any]:
+    """``value`` if it is a mapping, else empty: Node fields are read without trusting shape."""
     return value if isinstance(value, Mapping) else {}
 
 
@@ -124,20 +125,20 @@ def swap_capacity(node: Mapping[str, Any]) -> int:
     A kubelet before 1.33 reports nothing, which reads as no swap: the label claims swap
     only where the node itself says so.
     """
-    info = _mapping(_mapping(node.get("status")).get("nodeInfo"))
-    capacity = _mapping(info.get("swap")).get("capacity")
+    info = as_mapping(as_mapping(node.get("status")).get("nodeInfo"))
+    capacity = as_mapping(info.get("swap")).get("capacity")
     if isinstance(capacity, bool) or not isinstance(capacity, int):
         return 0
     return max(capacity, 0)
 
 
 def node_name(node: Mapping[str, Any]) -> str:
-    name = _mapping(node.get("metadata")).get("name")
+    name = as_mapping(node.get("metadata")).get("name")
     return name if isinstance(name, str) else ""
 
 
 def _labels(node: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _mapping(_mapping(node.get("metadata")).get("labels"))
+    return as_mapping(as_mapping(node.get("metadata")).get("labels"))
 
 
 def declared_behavior(node: Mapping[str, Any]) -> str | None:
@@ -219,7 +220,7 @@ def desired_change(node: Mapping[str, Any], verdict: Verdict, label: Label) -> N
     name = node_name(node)
     if not name or verdict.swap is None:
         return None
-    metadata = _mapping(node.get("metadata"))
+    metadata = as_mapping(node.get("metadata"))
     current = _labels(node).get(label.key)
     patch: dict[str, Any] = {}
     action: Literal["add", "remove", "keep"] = "keep"
@@ -227,7 +228,7 @@ def desired_change(node: Mapping[str, Any], verdict: Verdict, label: Label) -> N
         action, patch["labels"] = "add", {label.key: label.value}
     elif not verdict.swap and current == label.value:
         action, patch["labels"] = "remove", {label.key: None}  # merge patch: null deletes
-    if _mapping(metadata.get("annotations")).get(SWAP_NODE_ANNOTATION) != verdict.message:
+    if as_mapping(metadata.get("annotations")).get(SWAP_NODE_ANNOTATION) != verdict.message:
         patch["annotations"] = {SWAP_NODE_ANNOTATION: verdict.message}
     if not patch:
         return None
