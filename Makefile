@@ -4,7 +4,7 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: run test lint unit e2e control-plane node node-e2e demo bench clean
+.PHONY: run test lint unit e2e control-plane image node node-e2e demo bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,9 +37,17 @@ e2e: venv control-plane
 control-plane:
 	tests/e2e/build-control-plane.sh
 
-## The real swap node (kubelet, kernel, Debian root, images), built once and cached.
+## The container image from the Dockerfile, without a Docker daemon (buildah), as an OCI
+## archive: build/swapwise-image.tar. LOCAL_BASE=1 builds FROM a Debian-made equivalent of
+## the pinned python base image, for machines that cannot pull from Docker Hub.
+image:
+	hack/build-image.sh $(if $(LOCAL_BASE),--local-base)
+
+## The real swap node (kubelet, kernel, Debian root, images), built once and cached; and the
+## swapwise image it runs in-cluster (built here: the tests run without a network).
 node: control-plane
 	tests/node/build-node.sh
+	hack/build-image.sh --local-base
 
 ## Real-node scenarios, inside a network namespace of their own; figures in build/node-e2e/.
 node-e2e: venv node

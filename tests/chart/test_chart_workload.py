@@ -240,3 +240,31 @@ def test_notes(chart: Chart) -> None:
     assert f"rollout status deployment/{FULL}" in notes
     url_notes = chart.notes({"webhook": {"url": "https://127.0.0.1:8443"}})
     assert "OUTSIDE the cluster" in url_notes
+
+
+def test_startup_probe_guards_slow_starts(objs: list[dict[str, Any]]) -> None:
+    """Liveness waits for the startup probe: a slow node's Python start is not a crash."""
+    probe = container(objs)["startupProbe"]
+    assert probe["httpGet"] == {"path": "/healthz", "port": "https", "scheme": "HTTPS"}
+    assert probe["periodSeconds"] * probe["failureThreshold"] >= 60
+
+
+def test_host_network_mode(chart: Chart) -> None:
+    """hostNetwork: the server binds the node's port, the Service targets it by name, and
+    a rollout replaces replicas in place (a surge pod could not share the port)."""
+    objs = chart.render({"hostNetwork": {"enabled": True, "port": 10299}})
+    dep = one(objs, "Deployment")
+    spec = _pod_spec(objs)
+    assert spec["hostNetwork"] is True
+    assert spec["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert dep["spec"]["strategy"]["rollingUpdate"] == {"maxUnavailable": 1, "maxSurge": 0}
+    c = container(objs)
+    assert c["ports"] == [{"name": "https", "containerPort": 10299, "protocol": "TCP"}]
+    assert c["args"][c["args"].index("--port") + 1] == "10299"
+    assert one(objs, "Service")["spec"]["ports"][0]["targetPort"] == "https"
+    default = _pod_spec(chart.render())
+    assert "hostNetwork" not in default and "dnsPolicy" not in default
+
+
+def test_host_network_port_validated(chart: Chart) -> None:
+    assert "port" in chart.error({"hostNetwork": {"enabled": True, "port": 70000}})

@@ -319,8 +319,12 @@ class ControlPlane:
         workdir: Path | None = None,
         keep: bool | None = None,
         start_timeout: float = 90.0,
+        bind_address: str = "127.0.0.1",
     ) -> None:
+        """``bind_address``: where kube-apiserver listens. Loopback, unless the caller runs
+        in a network namespace of its own whose guests must reach it (tests/node)."""
         self.bin = binaries or bin_dir()
+        self.bind_address = bind_address
         self._own_workdir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="swapwise-e2e-"))
         self.keep = keep if keep is not None else os.environ.get("SWAPWISE_E2E_KEEP") == "1"
@@ -459,8 +463,12 @@ class ControlPlane:
             [
                 str(self.bin / "kube-apiserver"),
                 f"--etcd-servers={self.etcd_url}",
-                "--bind-address=127.0.0.1",
+                f"--bind-address={self.bind_address}",
                 "--advertise-address=127.0.0.1",
+                # Webhooks referenced by Service are dialled at one of its ready endpoints,
+                # as kube-proxy-less API servers (most managed control planes) do; this
+                # control plane has no kube-proxy to route a ClusterIP.
+                "--enable-aggregator-routing=true",
                 f"--secure-port={self.api_port}",
                 f"--cert-dir={self.workdir / 'apiserver-certs'}",
                 f"--tls-cert-file={pki / 'apiserver.crt'}",
@@ -617,6 +625,12 @@ class ControlPlane:
                 f"{proc.stderr.strip()}\n{proc.stdout.strip()}"
             )
         return proc
+
+    def admin_context(self) -> ssl.SSLContext:
+        """TLS context of the cluster admin, for clients that talk HTTPS to the API directly."""
+        if self._ssl is None:
+            raise ClusterError("the control plane has not been started")
+        return self._ssl
 
     def get_json(self, *args: str) -> Any:
         """`kubectl get ... -o json`, parsed."""

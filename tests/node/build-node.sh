@@ -18,7 +18,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 cache=${SWAPWISE_NODE_CACHE:-$HOME/.cache/swapwise/node}
 suite=bookworm
-guest_packages=containerd,runc,tini,busybox-static,iproute2,procps,kmod,mount,iptables,ca-certificates
+guest_packages=containerd,runc,containernetworking-plugins,tini,busybox-static,iproute2,procps,kmod,mount,iptables,ca-certificates
 export PATH="/usr/local/go/bin:$PATH" CGO_ENABLED=0 GOTOOLCHAIN=local
 mkdir -p "$cache"
 exec 9>"$cache/.lock"
@@ -31,7 +31,7 @@ fresh() { [[ -f $1/.stamp && $(<"$1/.stamp") == "$2" ]]; }   # fresh DIR KEY
 # -- host tools, from Debian's packages (a new CI machine has none of them)
 need=()
 for pair in qemu-system-x86_64:qemu-system-x86 qemu-img:qemu-utils debootstrap:debootstrap \
-            mkfs.ext4:e2fsprogs cpio:cpio socat:socat modprobe:kmod ip:iproute2 \
+            mkfs.ext4:e2fsprogs cpio:cpio modprobe:kmod ip:iproute2 \
             mkswap:util-linux unshare:util-linux; do
   command -v "${pair%%:*}" >/dev/null || need+=("${pair#*:}")
 done
@@ -106,6 +106,7 @@ if ! fresh "$ddir" "$dkey"; then
   install -m755 "$kubelet" "$stage/swapwise/kubelet"
   install -m755 "$here/guest/node-init.sh" "$stage/swapwise/node-init.sh"
   install -m644 "$here/guest/containerd.toml" "$stage/swapwise/containerd.toml"
+  install -D -m644 "$here/guest/cni.conflist" "$stage/etc/cni/net.d/10-swapwise.conflist"
   cp "$idir/pause.tar" "$idir/workload.tar" "$stage/swapwise/images/"
   : > "$stage/etc/machine-id"
   # 3 GiB, sparse: containerd's snapshots and pod logs of a whole run fit with room to spare.

@@ -31,7 +31,8 @@ from tests.e2e.cluster import (
     wait_for,
 )
 from tests.e2e.install import Installation
-from tests.node.node import Artifacts, RealNode, route_to_guest
+from tests.node.incluster import IMAGE_ARCHIVE
+from tests.node.node import Artifacts, RealNode, network_to_guest
 from tests.progress import uncaptured
 
 REPO = Path(__file__).resolve().parents[2]
@@ -64,12 +65,11 @@ def _isolated_network() -> bool:
 
 @pytest.fixture(scope="session")
 def private_network() -> None:
-    """Only loopback, brought up, with a route to the node's address (the API server reaches
-    the kubelet there, through QEMU's port forward)."""
+    """Only loopback at first; then the tap to the guest and the route to its pods."""
     if not _isolated_network():
         _not_possible("the real-node tests run inside a network namespace of their own: "
                       "run them with `make node-e2e` (unshare --net)")
-    route_to_guest()
+    network_to_guest()
 
 
 @pytest.fixture(scope="session")
@@ -87,14 +87,20 @@ def artifacts(pytestconfig: pytest.Config, private_network: None) -> Artifacts:
 def control_plane(pytestconfig: pytest.Config, private_network: None) -> Iterator[ControlPlane]:
     with uncaptured(pytestconfig):
         binaries = ensure_binaries()
-    with ControlPlane(binaries) as cp:
+    # Every address it listens on is in this namespace: loopback and the guest's tap.
+    with ControlPlane(binaries, bind_address="0.0.0.0") as cp:
         yield cp
 
 
 @pytest.fixture(scope="session")
 def node(control_plane: ControlPlane, artifacts: Artifacts) -> Iterator[RealNode]:
-    """The swap node: 2 GiB of RAM, 4 GiB of swap (swap = 2 x RAM), 2 vCPUs, LimitedSwap."""
-    with RealNode(control_plane, artifacts) as real:
+    """The swap node: 2 GiB of RAM, 4 GiB of swap (swap = 2 x RAM), 2 vCPUs, LimitedSwap;
+    its containerd imports the swapwise image of ``make image`` at boot."""
+    if not IMAGE_ARCHIVE.is_file():
+        pytest.fail(f"{IMAGE_ARCHIVE} is missing: `make node` builds it (hack/build-image.sh "
+                    "--local-base), before the tests enter their network namespace",
+                    pytrace=False)
+    with RealNode(control_plane, artifacts, images=(IMAGE_ARCHIVE,)) as real:
         yield real
 
 

@@ -10,15 +10,18 @@ the cached root disk, a fresh swap disk, and a 9p share through which the host h
 kubelet's configuration and credentials and reads back its logs and ``status.json`` (the
 guest's meminfo, vmstat and every container cgroup's memory and swap files).
 
-Network: QEMU's user-mode network with ``restrict=on``: the guest reaches exactly one
-address, 10.0.2.100:6443, forwarded to the API server on the host's loopback; the API
-server reaches the kubelet at 10.0.2.15:10250, forwarded into the guest. The caller runs
-all of it inside a network namespace of its own (see conftest.py), so nothing leaves it.
+Network: a tap device in the caller's own network namespace (see conftest.py), so nothing
+leaves it. The namespace is 10.0.2.2, the guest 10.0.2.15, and the guest's pod network
+10.244.0.0/24 (containerd's CNI bridge) is routed through the guest: the API server reaches
+the kubelet and every pod directly, as on a real cluster's node network, and the guest
+reaches the API server at 10.0.2.2. No kube-proxy runs: pods reach the API server through
+the one DNAT rule kube-proxy would write for the ``kubernetes`` Service (node-init.sh).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import shutil
@@ -27,29 +30,33 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.cluster import ClusterError, Component, ControlPlane, wait_for
+from tests.e2e.cluster import SERVICE_CIDR, ClusterError, Component, ControlPlane, wait_for
 
 NODE_DIR = Path(__file__).resolve().parent
 BUILD_SCRIPT = NODE_DIR / "build-node.sh"
-GUEST_IP = "10.0.2.15"  # QEMU user-mode network's guest address; the node's InternalIP
-API_ALIAS = "10.0.2.100"  # what the guest dials for the API server (guestfwd)
+TAP = "swtap0"
+HOST_IP = "10.0.2.2"  # the network namespace's end of the tap: the API server, for the guest
+GUEST_IP = "10.0.2.15"  # the node's InternalIP
+POD_CIDR = "10.244.0.0/24"  # the guest's CNI bridge (guest/cni.conflist)
 KUBELET_PORT = 10250
 MIB = 1024 * 1024
 
 
-def route_to_guest() -> None:
-    """In the caller's own network namespace: loopback up, and GUEST_IP local to it.
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True)
 
-    QEMU's port forward to the kubelet listens on GUEST_IP. The route's source 127.0.0.1
-    matters: QEMU presents a loopback peer to the guest as its gateway 10.0.2.2, but a peer
-    of 10.0.2.15 as itself, and the guest would answer its own address.
-    """
-    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
-    routes = subprocess.run(["ip", "route", "show", "table", "local", f"{GUEST_IP}/32"],
-                            check=True, capture_output=True, text=True).stdout
-    if not routes.strip():
-        subprocess.run(["ip", "route", "add", "local", f"{GUEST_IP}/32", "dev", "lo",
-                        "src", "127.0.0.1", "table", "local"], check=True)
+
+def network_to_guest() -> None:
+    """In the caller's own network namespace: loopback up, the guest's tap, and a route to
+    its pods. Idempotent (the tap outlives a guest; QEMU attaches to it)."""
+    _ip("link", "set", "lo", "up")
+    links = subprocess.run(["ip", "-o", "link", "show"], check=True, capture_output=True,
+                           text=True).stdout
+    if f" {TAP}:" not in links:
+        _ip("tuntap", "add", "dev", TAP, "mode", "tap")
+        _ip("addr", "add", f"{HOST_IP}/24", "dev", TAP)
+        _ip("link", "set", TAP, "up")
+        _ip("route", "add", POD_CIDR, "via", GUEST_IP, "dev", TAP)
 
 
 def cache_dir() -> Path:
@@ -116,7 +123,10 @@ class RealNode:
         swap_mib: int = 4096,
         cpus: int = 2,
         swap_behavior: str = "LimitedSwap",
+        images: tuple[Path, ...] = (),
     ) -> None:
+        """``images``: OCI archives the guest's containerd imports at boot, besides the test
+        images on its disk (for example the swapwise image of ``make image``)."""
         self.cp = cp
         self.artifacts = artifacts
         self.name = name
@@ -124,6 +134,7 @@ class RealNode:
         self.swap_mib = swap_mib
         self.cpus = cpus
         self.swap_behavior = swap_behavior
+        self.images = images
         self.workdir = cp.workdir / f"node-{name}"
         self.share = self.workdir / "share"
         self.qemu: Component | None = None
@@ -181,7 +192,7 @@ class RealNode:
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "local", "cluster": {
-                "server": f"https://{API_ALIAS}:6443",
+                "server": f"https://{HOST_IP}:{self.cp.api_port}",
                 "certificate-authority": "/etc/kubernetes/pki/ca.crt",
                 "tls-server-name": "localhost",  # a SAN of the API server's certificate
             }}],
@@ -193,6 +204,18 @@ class RealNode:
             "current-context": "local",
         }
         (share / "kubelet.kubeconfig").write_text(json.dumps(kubeconfig))
+        # What node-init.sh needs for the `kubernetes` Service's DNAT rule.
+        service_ip = ipaddress.ip_network(SERVICE_CIDR)[1]
+        (share / "kubernetes-service").write_text(
+            f"{service_ip} 443 {HOST_IP} {self.cp.api_port}\n"
+        )
+        images = share / "images"
+        images.mkdir()
+        for image in self.images:
+            try:
+                os.link(image, images / image.name)  # no copy of a large archive if it can
+            except OSError:
+                shutil.copy(image, images / image.name)
         (share / "kubelet.flags").write_text(
             f"--hostname-override={self.name} --node-ip={GUEST_IP} --v=2\n"
         )
@@ -217,11 +240,7 @@ class RealNode:
 
     def _qemu_argv(self) -> list[str]:
         accel = ["-accel", "tcg,thread=multi", "-cpu", "max"]
-        netdev = ",".join([
-            "user,id=n0,restrict=on",
-            f"guestfwd=tcp:{API_ALIAS}:6443-cmd:socat - TCP:127.0.0.1:{self.cp.api_port}",
-            f"hostfwd=tcp:{GUEST_IP}:{KUBELET_PORT}-:{KUBELET_PORT}",
-        ])
+        netdev = f"tap,id=n0,ifname={TAP},script=no,downscript=no"
         return [
             "qemu-system-x86_64", *accel, "-m", str(self.memory_mib), "-smp", str(self.cpus),
             "-no-reboot", "-display", "none", "-monitor", "none",
@@ -323,6 +342,13 @@ class RealNode:
         self.wait_for(lambda: self.status()["kubelet_generation"] > generation, timeout,
                       what=f"the kubelet to restart with swapBehavior {swap_behavior}")
 
+    def kill_container(self, container_id: str, timeout: float = 60.0) -> None:
+        """SIGKILL one container from the guest's side, as an OOM kill or a crash would end
+        it (a signal from inside the container cannot kill its PID 1)."""
+        request = self.share / "kill-container"
+        request.write_text(container_id)
+        self.wait_for(lambda: not request.exists(), timeout, what=f"the kill of {container_id}")
+
     def kubelet_get(self, path: str) -> str:
         """GET a kubelet endpoint through the API server's node proxy (as cluster admin)."""
         proc = self.cp.kubectl("get", "--raw", f"/api/v1/nodes/{self.name}/proxy{path}")
@@ -335,9 +361,10 @@ def main() -> None:
     until Ctrl-C. Reach them from another shell with ``nsenter --net=/proc/PID/ns/net``."""
     from tests.e2e.cluster import ensure_binaries
 
-    route_to_guest()
+    network_to_guest()
     artifacts = Artifacts.build()
-    with ControlPlane(ensure_binaries(), keep=True) as cp, RealNode(cp, artifacts) as node:
+    with (ControlPlane(ensure_binaries(), keep=True, bind_address="0.0.0.0") as cp,
+          RealNode(cp, artifacts) as node):
         print(f"node {node.name} registered; guest files in {node.share}; pid {os.getpid()}")
         cp.run_until_interrupted()
 

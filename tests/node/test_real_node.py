@@ -48,7 +48,7 @@ def sandbox_pod(name: str, namespace: str, cold_mib: int = COLD_MIB) -> dict[str
         "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace, "labels": {"app": "sandbox"}},
         "spec": {
-            "hostNetwork": True,  # the node has no CNI plugin; the workload needs no network
+            "hostNetwork": True,  # the workload needs no network: no pod IP to set up
             "automountServiceAccountToken": False,
             "enableServiceLinks": False,
             "terminationGracePeriodSeconds": 2,

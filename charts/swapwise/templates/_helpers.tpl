@@ -204,3 +204,10 @@ Rules values.schema.json cannot state with a clear message.
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+The port the server listens on: the node's port in hostNetwork mode, else the container's.
+*/}}
+{{- define "swapwise.listenPort" -}}
+{{- if .Values.hostNetwork.enabled }}{{ .Values.hostNetwork.port }}{{ else }}{{ .Values.service.targetPort }}{{ end }}
+{{- end }}

@@ -3,6 +3,8 @@
 #
 # The host talks to it only through the 9p share mounted at /share:
 #   in:  kubelet.yaml, kubelet.kubeconfig, pki/ (ca.crt, kubelet.crt, kubelet.key), kubelet.flags,
+#        kubernetes-service ("SERVICE_IP PORT API_IP API_PORT"), images/*.tar (imported at boot),
+#        kill-container (a request: SIGKILL the CRI container whose ID it holds),
 #        restart-kubelet (a request: restart the kubelet with the current kubelet.yaml),
 #        poweroff (a request)
 #   out: node.log (milestones), kubelet.log, containerd.log, status.json (every 2 s: meminfo,
@@ -43,6 +45,16 @@ ip link set lo up
 ip link set eth0 up
 ip addr add 10.0.2.15/24 dev eth0
 ip route add default via 10.0.2.2
+# Pods (CNI bridge) reach the host side through here, and it reaches them.
+sysctl -q -w net.ipv4.ip_forward=1
+# No kube-proxy: the one rule it would write for what pods here dial, the `kubernetes`
+# Service (in-cluster clients such as label-nodes), DNATed to the API server.
+read -r svc_ip svc_port api_ip api_port < /share/kubernetes-service
+for chain in PREROUTING OUTPUT; do
+  iptables -t nat -A "$chain" -d "$svc_ip/32" -p tcp --dport "$svc_port" \
+    -j DNAT --to-destination "$api_ip:$api_port"
+done
+log "kubernetes Service $svc_ip:$svc_port -> $api_ip:$api_port"
 
 # Swap: a dedicated disk. Keep kswapd ahead of the kubelet's memory.available eviction
 # threshold, so memory pressure is answered by swapping cold pages, not by evicting pods.
@@ -57,7 +69,8 @@ mkdir -p /var/lib/kubelet /etc/kubernetes/pki /var/log/pods
   exec containerd --config /swapwise/containerd.toml > /share/containerd.log 2>&1 ) &
 for _ in $(seq 1 600); do [ -S /run/containerd/containerd.sock ] && break; sleep 0.5; done
 log "containerd up"
-for image in /swapwise/images/*.tar; do
+for image in /swapwise/images/*.tar /share/images/*.tar; do
+  [ -f "$image" ] || continue
   ctr -n k8s.io images import "$image" >> /share/node.log 2>&1
 done
 log "images: $(ctr -n k8s.io images ls -q | tr '\n' ' ')"
@@ -112,6 +125,12 @@ while true; do
     kill "$kubelet_pid"
     wait "$kubelet_pid"
     start_kubelet
+  fi
+  if [ -f /share/kill-container ]; then
+    id=$(cat /share/kill-container)
+    rm -f /share/kill-container
+    ctr -n k8s.io tasks kill --signal SIGKILL "$id" >> /share/node.log 2>&1
+    log "killed container $id"
   fi
   if [ -f /share/poweroff ]; then
     log "poweroff requested"
