@@ -9,6 +9,9 @@ disagree with what admission will do. The formulas mirror the components that de
   request differs from their limit;
 - pod requests (scheduler): ``max(sum(containers + sidecars), max over init containers of
   (init request + sidecars started before it))``, or the pod-level request when set.
+
+Which container gets swap is :func:`~webhook.engine.pod.gets_swap`, the rule the webhook's
+placement uses too.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 import jsonpatch
 
 from webhook.engine import mutate_pod
-from webhook.engine.pod import ContainerView, MalformedPod, PodView, qos_class
+from webhook.engine.pod import ContainerView, MalformedPod, PodView
 from webhook.profile import Profile
 from webhook.quantity import MI, ceil_mi
 
@@ -209,21 +212,9 @@ def density(view: PodView, node: Node) -> Density:
     )
 
 
-def _swap_eligible(view: PodView, container: ContainerView) -> bool:
-    """The kubelet's LimitedSwap rule for one container of ``view`` (SPEC §1)."""
-    if view.is_critical():
-        return False
-    units = [(c.requests, c.limits) for c in view.containers]
-    if qos_class(units, view.pod_level_resources()) != "Burstable":
-        return False
-    request, limit = container.memory_request, container.memory_limit
-    return bool(request) and request != limit
-
-
 def _container_plan(
-    before: ContainerView, after: ContainerView, view: PodView, node: Node
+    before: ContainerView, after: ContainerView, eligible: bool, node: Node
 ) -> ContainerPlan:
-    eligible = _swap_eligible(view, after)
     request = _bytes(after.memory_request)
     limit = _bytes(after.memory_limit)
     return ContainerPlan(
@@ -252,8 +243,10 @@ def plan_pod(
         raise MalformedPod("; ".join(mutation.warnings))
     after = PodView.parse(jsonpatch.apply_patch(pod, mutation.patch)) if mutation.patch else before
     containers = tuple(
-        _container_plan(old, new, after, node)
-        for old, new in zip(before.containers, after.containers, strict=True)
+        _container_plan(old, new, eligible, node)
+        for old, new, eligible in zip(
+            before.containers, after.containers, after.swap_eligible(), strict=True
+        )
     )
     return PodPlan(
         containers=containers,
