@@ -8,12 +8,18 @@ disagree with what admission will do. The formulas mirror the components that de
   swapCapacity)``, and only for containers of Burstable, non-critical pods whose memory
   request differs from their limit;
 - pod requests (scheduler): ``max(sum(containers + sidecars), max over init containers of
-  (init request + sidecars started before it))``, or the pod-level request when set.
+  (init request + sidecars started before it))``, or the pod-level request when set, plus
+  the pod overhead (``spec.overhead``, from the pod's RuntimeClass; see
+  :mod:`webhook.overhead`).
+
+Which container gets swap is :func:`~webhook.engine.pod.gets_swap`, the rule the webhook's
+placement uses too.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -21,7 +27,8 @@ from typing import Any
 import jsonpatch
 
 from webhook.engine import mutate_pod
-from webhook.engine.pod import ContainerView, MalformedPod, PodView, qos_class
+from webhook.engine.pod import ContainerView, MalformedPod, PodView
+from webhook.overhead import NO_OVERHEAD, Overhead, RuntimeClass, pod_overhead
 from webhook.profile import Profile
 from webhook.quantity import MI, ceil_mi
 
@@ -119,13 +126,19 @@ class ContainerPlan:
 
 @dataclass(frozen=True)
 class Density:
-    """How many of one pod a node holds, per resource, and which one runs out first."""
+    """How many of one pod a node holds, per resource, and which one runs out first.
+
+    ``memory_request`` and ``cpu_request`` are what the scheduler reserves: the pod's
+    requests plus its overhead (``overhead_memory``, ``overhead_cpu``).
+    """
 
     memory_request: int
     cpu_request: Fraction
     by_memory: int | None  # None: no request, so memory never stops the scheduler
     by_cpu: int | None
     by_pods: int
+    overhead_memory: int = 0
+    overhead_cpu: Fraction = Fraction(0)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -154,6 +167,7 @@ class PodPlan:
     swap_ratio: Fraction  # the node's swap / RAM
     warnings: tuple[str, ...]
     skipped: str | None  # why swapwise leaves the pod as it is
+    overhead: Overhead = NO_OVERHEAD  # in before and after; no container's swap covers it
 
     @property
     def needed_swap_ratio(self) -> Fraction | None:
@@ -197,33 +211,24 @@ def pod_request(view: PodView, resource: str) -> Fraction:
     return max(total, init_peak)
 
 
-def density(view: PodView, node: Node) -> Density:
-    memory = math.ceil(pod_request(view, "memory"))
-    cpu = pod_request(view, "cpu")
+def density(view: PodView, node: Node, overhead: Overhead = NO_OVERHEAD) -> Density:
+    """Pods per node; the scheduler adds the pod overhead to the requests."""
+    memory = math.ceil(pod_request(view, "memory")) + overhead.memory
+    cpu = pod_request(view, "cpu") + overhead.cpu
     return Density(
         memory_request=memory,
         cpu_request=cpu,
         by_memory=node.schedulable_memory // memory if memory else None,
         by_cpu=math.floor(node.cpu / cpu) if cpu else None,
         by_pods=node.max_pods,
+        overhead_memory=overhead.memory,
+        overhead_cpu=overhead.cpu,
     )
 
 
-def _swap_eligible(view: PodView, container: ContainerView) -> bool:
-    """The kubelet's LimitedSwap rule for one container of ``view`` (SPEC §1)."""
-    if view.is_critical():
-        return False
-    units = [(c.requests, c.limits) for c in view.containers]
-    if qos_class(units, view.pod_level_resources()) != "Burstable":
-        return False
-    request, limit = container.memory_request, container.memory_limit
-    return bool(request) and request != limit
-
-
 def _container_plan(
-    before: ContainerView, after: ContainerView, view: PodView, node: Node
+    before: ContainerView, after: ContainerView, eligible: bool, node: Node
 ) -> ContainerPlan:
-    eligible = _swap_eligible(view, after)
     request = _bytes(after.memory_request)
     limit = _bytes(after.memory_limit)
     return ContainerPlan(
@@ -240,26 +245,38 @@ def _container_plan(
 
 
 def plan_pod(
-    pod: dict[str, Any], profile: Profile, node: Node, *, daemonset: bool | None = None
+    pod: dict[str, Any],
+    profile: Profile,
+    node: Node,
+    *,
+    daemonset: bool | None = None,
+    runtime_classes: Mapping[str, RuntimeClass] | None = None,
 ) -> PodPlan:
     """Reshape ``pod`` as the webhook would and measure it on ``node``, before and after.
 
-    Raises :class:`~webhook.engine.pod.MalformedPod` when the pod cannot be read.
+    ``runtime_classes`` (by name) give the overhead of pods that name one in
+    ``spec.runtimeClassName``. Raises :class:`~webhook.engine.pod.MalformedPod` when the
+    pod cannot be read, :class:`~webhook.overhead.OverheadError` when the API server would
+    reject its overhead.
     """
     before = PodView.parse(pod)
     mutation = mutate_pod(pod, profile, daemonset=daemonset)
     if mutation.skipped == "malformed":
         raise MalformedPod("; ".join(mutation.warnings))
+    overhead, warnings = pod_overhead(before.spec, runtime_classes or {})
     after = PodView.parse(jsonpatch.apply_patch(pod, mutation.patch)) if mutation.patch else before
     containers = tuple(
-        _container_plan(old, new, after, node)
-        for old, new in zip(before.containers, after.containers, strict=True)
+        _container_plan(old, new, eligible, node)
+        for old, new, eligible in zip(
+            before.containers, after.containers, after.swap_eligible(), strict=True
+        )
     )
     return PodPlan(
         containers=containers,
-        before=density(before, node),
-        after=density(after, node),
+        before=density(before, node, overhead),
+        after=density(after, node, overhead),
         swap_ratio=node.swap_ratio,
-        warnings=tuple(mutation.warnings),
+        warnings=(*mutation.warnings, *warnings),
         skipped=mutation.skipped,
+        overhead=overhead,
     )

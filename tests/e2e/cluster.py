@@ -744,6 +744,26 @@ class ControlPlane:
         """`wait_for` that appends the component logs to the timeout message."""
         return wait_for(predicate, timeout, interval, what, on_timeout=self.logs)
 
+    def bound_when_settled(self, namespace: str, total: int, timeout: float = 120.0) -> int:
+        """Pods of `namespace` bound once the scheduler has tried all `total` of them (the
+        rest are Unschedulable): how many the nodes hold."""
+
+        def settled() -> int | None:
+            pods = self.get_json("pods", "-n", namespace)["items"]
+            if len(pods) < total:
+                return None
+            bound = 0
+            for p in pods:
+                if p["spec"].get("nodeName"):
+                    bound += 1
+                    continue
+                conditions = {c["type"]: c for c in p["status"].get("conditions", [])}
+                if conditions.get("PodScheduled", {}).get("reason") != "Unschedulable":
+                    return None
+            return bound
+
+        return self.wait_for(settled, timeout, what=f"scheduler to settle {namespace}")
+
 
 # --------------------------------------------------------------------------- swapwise
 

@@ -10,9 +10,11 @@ chart's own.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +113,19 @@ class Installation:
                 return
             time.sleep(0.2)
         raise ClusterError(f"webhook failurePolicy never became {policy}")
+
+
+@contextlib.contextmanager
+def installed(cp: ControlPlane, workdir: Path, profiles: dict[str, Any]) -> Iterator[Installation]:
+    """The chart installed with these profiles and its server running; uninstalled after."""
+    install = Installation(cp, workdir, profiles)
+    install.upgrade()
+    try:
+        install.start_server()
+        yield install
+    finally:
+        install.stop_server()
+        install.helm("uninstall", RELEASE, "--namespace", NAMESPACE, check=False)
 
 
 def pod(name: str, namespace: str, *containers: dict[str, Any], **spec: Any) -> dict[str, Any]:

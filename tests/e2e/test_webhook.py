@@ -490,26 +490,6 @@ def test_helm_upgrade_keeps_the_self_signed_ca(
 # 8 -------------------------------------------------------------------------------------
 
 
-def _bound_on(cp: ControlPlane, namespace: str, total: int) -> int:
-    """Pods bound once the scheduler has tried every one (the rest are Unschedulable)."""
-
-    def settled() -> int | None:
-        pods = cp.get_json("pods", "-n", namespace)["items"]
-        if len(pods) < total:
-            return None
-        bound = 0
-        for p in pods:
-            if p["spec"].get("nodeName"):
-                bound += 1
-                continue
-            conditions = {c["type"]: c for c in p["status"].get("conditions", [])}
-            if conditions.get("PodScheduled", {}).get("reason") != "Unschedulable":
-                return None
-        return bound
-
-    return cp.wait_for(settled, 120, what=f"scheduler to settle {namespace}")
-
-
 def test_density_headline(control_plane: ControlPlane, swapwise: Installation) -> None:
     """The public Python-sandbox shape (2Gi guaranteed, 100m) on one 28Gi / 8 CPU swap node."""
     control_plane.create_node(
@@ -535,7 +515,7 @@ def test_density_headline(control_plane: ControlPlane, swapwise: Installation) -
             for i in range(total)
         ]
         control_plane.apply(manifest(*pods))
-        counts[namespace] = _bound_on(control_plane, namespace, total)
+        counts[namespace] = control_plane.bound_when_settled(namespace, total)
         control_plane.kubectl(
             "delete", "pods", "--all", "-n", namespace, "--grace-period=0", "--force", "--wait=true"
         )

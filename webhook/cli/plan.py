@@ -2,8 +2,9 @@
 
 Reads manifests like ``preview`` (same profile choice, same engine), then prints per
 workload the memory before/after, each container's swap share and whether its cold
-memory fits it, and pods per node by memory, CPU and max pods, before and after. The math
-lives in :mod:`webhook.planner`; this module only reads input and formats output.
+memory fits it, the pod overhead of its RuntimeClass, and pods per node by memory, CPU and
+max pods, before and after. The math lives in :mod:`webhook.planner` and
+:mod:`webhook.overhead`; this module only reads input and formats output.
 """
 
 from __future__ import annotations
@@ -19,6 +20,13 @@ from typing import Any, TextIO
 from webhook.cli.common import CommandError, fail, policy_from
 from webhook.cli.preview import choose_profile, read_documents
 from webhook.engine.pod import MalformedPod
+from webhook.overhead import (
+    Overhead,
+    OverheadError,
+    RuntimeClass,
+    collect_runtime_classes,
+    is_runtime_class,
+)
 from webhook.planner import DEFAULT_MAX_PODS, ContainerPlan, Density, Node, PlanError, PodPlan
 from webhook.planner import plan_pod as plan_one_pod
 from webhook.policy import Policy
@@ -44,6 +52,9 @@ def register(subcommands: Any) -> None:
     parser.add_argument("--policy", help="policy file (default: built-in policy)")
     parser.add_argument("--profile", help="profile (may be omitted with a one-profile policy)")
     parser.add_argument("--namespace", "-n", help="namespace, for per-namespace overrides")
+    parser.add_argument("--runtime-class-file", metavar="FILE",
+                        help="RuntimeClass manifests, for the pod overhead of pods that name "
+                             "one in runtimeClassName (RuntimeClasses in -f count too)")
     parser.add_argument("-o", "--output", choices=["table", "json"], default="table")
     parser.set_defaults(func=run)
 
@@ -87,10 +98,32 @@ def node_from(args: argparse.Namespace) -> Node:
         raise CommandError(str(exc)) from None
 
 
+def runtime_classes_from(
+    documents: list[Any], extra: list[Any] | None = None
+) -> dict[str, RuntimeClass]:
+    """RuntimeClasses of the input and of ``--runtime-class-file`` (which holds nothing else)."""
+    objects = list(iter_objects(documents))
+    if extra is not None:
+        extra_objects = list(iter_objects(extra))
+        for obj in extra_objects:
+            if not is_runtime_class(obj):
+                kind = obj.get("kind") if isinstance(obj, dict) else type(obj).__name__
+                raise CommandError(f"--runtime-class-file: {kind} is not a RuntimeClass")
+        if not extra_objects:
+            raise CommandError("--runtime-class-file: no RuntimeClass in the file")
+        objects += extra_objects
+    try:
+        return collect_runtime_classes(objects)
+    except OverheadError as exc:
+        raise CommandError(str(exc)) from None
+
+
 def plan(
     documents: list[Any], policy: Policy, profile_name: str | None, namespace: str | None,
-    node: Node,
+    node: Node, runtime_classes: dict[str, RuntimeClass] | None = None,
 ) -> list[WorkloadPlan]:
+    if runtime_classes is None:
+        runtime_classes = runtime_classes_from(documents)
     plans: list[WorkloadPlan] = []
     for obj in iter_objects(documents):
         workload = find_workload(obj)
@@ -100,8 +133,9 @@ def plan(
         pod = workload.pod()
         assert pod is not None  # find_workload only returns workloads with a pod
         try:
-            result = plan_one_pod(pod, profile, node, daemonset=workload.daemonset or None)
-        except MalformedPod as exc:
+            result = plan_one_pod(pod, profile, node, daemonset=workload.daemonset or None,
+                                  runtime_classes=runtime_classes)
+        except (MalformedPod, OverheadError) as exc:
             raise CommandError(f"{workload.ref}: {exc}") from None
         plans.append(WorkloadPlan(workload, profile.name, result))
     if not plans:
@@ -163,6 +197,14 @@ def _density_row(label: str, density: Density, replicas: int | None) -> list[str
     ]
 
 
+def _overhead_line(overhead: Overhead) -> str:
+    if not overhead:
+        return f"pod overhead: none ({overhead.source} declares none)"
+    return (f"pod overhead ({overhead.source}): memory {_size(overhead.memory)}, cpu "
+            f"{_cores(overhead.cpu)}; included in MEMORY and CPU below, covered by no "
+            "container's swap share")
+
+
 def _verdict(result: PodPlan) -> str:
     node = f"swapRatio: node {_ratio(result.swap_ratio)}"
     needed = result.needed_swap_ratio
@@ -199,6 +241,8 @@ def render_table(node: Node, plans: list[WorkloadPlan]) -> str:
                 else "-", _size(c.cold), _fits(c),
             ])
         lines += _align(rows)
+        if result.overhead.source is not None:
+            lines.append(f"  {_overhead_line(result.overhead)}")
         rows = [["PODS/NODE", "MEMORY", "CPU", "BY MEMORY", "BY CPU", "BY PODS", "PER NODE",
                  "BINDS", "NODES"]]
         rows.append(_density_row("before", result.before, item.replicas))
@@ -215,6 +259,8 @@ def _density_json(density: Density, replicas: int | None) -> dict[str, Any]:
     return {
         "memoryRequest": density.memory_request,
         "cpuRequest": float(density.cpu_request),
+        "overheadMemory": density.overhead_memory,
+        "overheadCpu": float(density.overhead_cpu),
         "byMemory": density.by_memory,
         "byCpu": density.by_cpu,
         "byPods": density.by_pods,
@@ -257,6 +303,11 @@ def render_json(node: Node, plans: list[WorkloadPlan]) -> str:
                 }
                 for c in result.containers
             ],
+            "overhead": {
+                "memory": result.overhead.memory,
+                "cpu": float(result.overhead.cpu),
+                "source": result.overhead.source,
+            },
             "before": _density_json(result.before, item.replicas),
             "after": _density_json(result.after, item.replicas),
             "swapRatio": {
@@ -291,7 +342,11 @@ def run(args: argparse.Namespace) -> int:
         policy = policy_from(args.policy)
         if args.profile is not None:
             choose_profile(policy, args.profile, None)  # fail fast on a typo
-        plans = plan(read_documents(args.filename), policy, args.profile, args.namespace, node)
+        documents = read_documents(args.filename)
+        extra = (read_documents(args.runtime_class_file)
+                 if args.runtime_class_file is not None else None)
+        runtime_classes = runtime_classes_from(documents, extra)
+        plans = plan(documents, policy, args.profile, args.namespace, node, runtime_classes)
     except CommandError as exc:
         return fail(str(exc))
     _print_warnings(plans, sys.stderr)

@@ -13,7 +13,7 @@ from typing import Any
 
 from webhook.engine.annotations import annotation_ops
 from webhook.engine.placement import placement_ops
-from webhook.engine.pod import MalformedPod, PodView, qos_class
+from webhook.engine.pod import MalformedPod, PodView, gets_swap, qos_class
 from webhook.engine.pointer import PatchOp
 from webhook.engine.resize import resize_ops
 from webhook.engine.resources import ContainerChange, plan_resources, resource_ops
@@ -48,6 +48,8 @@ def skip_reason(view: PodView, profile: Profile) -> str | None:
 
 def _qos(view: PodView, changes: list[ContainerChange]) -> str:
     """QoS of the pod after ``changes``."""
+    if not changes:
+        return view.qos_class()
     changed = {change.container.path: change for change in changes}
     units = []
     for container in view.containers:
@@ -61,19 +63,27 @@ def _qos(view: PodView, changes: list[ContainerChange]) -> str:
 
 
 def uses_swap(view: PodView, changes: list[ContainerChange]) -> bool:
-    """Will the kubelet give at least one container of the resulting pod swap?"""
-    if changes and view.spec.get("resources") is None:
-        # Shortcut, same answer: a changed container ends with 0 < request < limit, which
-        # makes a pod without pod-level resources Burstable, and that container eligible.
+    """Will the kubelet give at least one container of the resulting pod swap?
+
+    The rule itself is :func:`~webhook.engine.pod.gets_swap`; this applies it to the pod
+    as it will be after ``changes``.
+    """
+    critical = view.is_critical()
+    if changes and view.spec.get("resources") is None and not critical:
+        # Shortcut, same answer as the rule: a changed container ends with
+        # 0 < request < limit, which makes a pod without pod-level resources Burstable and
+        # that container swap-eligible.
         return True
-    if _qos(view, changes) != "Burstable":
-        return False
-    changed = {change.container.path for change in changes}
+    qos = _qos(view, changes)
+    changed = {change.container.path: change for change in changes}
     for container in view.containers:
-        if container.path in changed:
-            return True
-        request, limit = container.memory_request, container.memory_limit
-        if request is not None and request != limit:
+        change = changed.get(container.path)
+        if change is not None:
+            request: Fraction | None = Fraction(change.request)
+            limit: Fraction | None = Fraction(change.limit)
+        else:
+            request, limit = container.memory_request, container.memory_limit
+        if gets_swap(qos, critical, request, limit):
             return True
     return False
 

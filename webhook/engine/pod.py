@@ -157,6 +157,38 @@ class PodView:
             return None
         return requests, limits
 
+    def qos_class(self) -> str:
+        """The pod's QoS class as the kubelet computes it."""
+        units = [(c.requests, c.limits) for c in self.containers]
+        return qos_class(units, self.pod_level_resources())
+
+    def swap_eligible(self) -> tuple[bool, ...]:
+        """Per container (in :attr:`containers` order): does the kubelet give it swap?"""
+        qos, critical = self.qos_class(), self.is_critical()
+        return tuple(
+            gets_swap(qos, critical, c.memory_request, c.memory_limit) for c in self.containers
+        )
+
+
+def gets_swap(
+    qos: str, critical: bool, request: Fraction | None, limit: Fraction | None
+) -> bool:
+    """The kubelet's LimitedSwap rule (SPEC §1) for one container: does it get swap?
+
+    The one home of the rule: the webhook's placement, ``preview`` and ``plan`` all ask it.
+    ``qos`` is the pod's QoS class, ``critical`` whether the pod is critical, ``request``
+    the container's effective memory request (a missing one copies the limit, as the API
+    server defaults it) and ``limit`` its memory limit.
+
+    The kubelet (``GetContainerSwapBehavior``, 1.34) swaps containers of Burstable,
+    non-critical pods that have a memory request or limit, except when the request equals
+    the limit. Its swap limit is ``request / memory capacity * swap capacity``, so a
+    request of 0 gets ``memory.swap.max`` 0: no swap, and this rule says so.
+    """
+    if critical or qos != "Burstable" or request is None:
+        return False
+    return request > 0 and request != limit
+
 
 def qos_class(
     units: list[tuple[Resources, Resources]],
