@@ -210,7 +210,7 @@ def density(view: PodView, node: Node) -> Density:
 
 
 def _swap_eligible(view: PodView, container: ContainerView) -> bool:
-    """The kubelet's LimitedSwap rule for one container of ``view`` (SPEC §1)."""
+    """The kubelet's LimitedSwap rule for one container of ``view`` (docs/rules.md)."""
     if view.is_critical():
         return False
     units = [(c.requests, c.limits) for c in view.containers]
