@@ -14,9 +14,10 @@ $(BIN)/.installed: pyproject.toml
 
 venv: $(BIN)/.installed
 
-## Run the webhook: built-in policy, development certificates generated under certs/.
+## Run the webhook on 127.0.0.1:8443: built-in policy, development certificates under certs/.
+## More `swapwise serve` options: make run ARGS='--policy examples/policy.yaml --port 9443'
 run: venv
-	$(BIN)/swapwise serve
+	$(BIN)/swapwise serve $(ARGS)
 
 ## The whole suite: lint, type check, unit/integration tests, e2e against a real control plane,
 ## then the real-node scenarios (a kubelet with swap in a QEMU guest).

@@ -54,7 +54,7 @@ def strip_memory(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 def apply(pod: dict[str, Any], profile: Profile, **kwargs: Any) -> tuple[dict[str, Any], Mutation]:
-    """Mutate, apply the patch with jsonpatch, and check the SPEC §4 invariants."""
+    """Mutate, apply the patch with jsonpatch, and check the docs/rules.md invariants."""
     original = copy.deepcopy(pod)
     mutation = mutate_pod(pod, profile, **kwargs)
     assert pod == original, "the engine must not modify its input"

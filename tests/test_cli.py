@@ -177,6 +177,51 @@ def test_certs(tmp_path: Path) -> None:
     assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
 
 
+def test_certs_default_out_is_apart_from_the_dev_server(tmp_path: Path) -> None:
+    out = swapwise("certs", "--service", "swapwise", "--namespace", "swapwise", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "certs" / "swapwise.swapwise" / "tls.crt").is_file()
+    assert not (tmp_path / "certs" / "tls.crt").exists()
+
+
+def test_certs_never_overwrite_without_force(tmp_path: Path) -> None:
+    first = swapwise("certs", "--service", "s", "--namespace", "n", "--out", str(tmp_path))
+    assert first.returncode == 0, first.stderr
+    ca = (tmp_path / "ca.crt").read_bytes()
+    again = swapwise("certs", "--service", "s", "--namespace", "n", "--out", str(tmp_path))
+    assert again.returncode == 1 and "exists" in again.stderr and "--force" in again.stderr
+    assert (tmp_path / "ca.crt").read_bytes() == ca
+    forced = swapwise("certs", "--service", "s", "--namespace", "n", "--out", str(tmp_path),
+                      "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert (tmp_path / "ca.crt").read_bytes() != ca
+
+
+def test_dev_certs_keep_a_service_certificate(tmp_path: Path) -> None:
+    """serve never makes a new CA over certificates written for a Service."""
+    made = swapwise("certs", "--service", "s", "--namespace", "n", "--out",
+                    str(tmp_path / "certs"))
+    assert made.returncode == 0, made.stderr
+    ca = (tmp_path / "certs" / "ca.crt").read_bytes()
+    out = swapwise("serve", "--port", "1", cwd=tmp_path)
+    assert out.returncode == 1
+    assert "not a development certificate" in out.stderr and "--cert-dir" in out.stderr
+    assert (tmp_path / "certs" / "ca.crt").read_bytes() == ca
+
+
+def test_dev_certs_say_when_the_ca_changes(tmp_path: Path) -> None:
+    from webhook import certs
+
+    first, reason = certs.ensure_dev_certs(tmp_path, [], [])
+    assert reason is None
+    ca = first.ca.read_bytes()
+    again, reason = certs.ensure_dev_certs(tmp_path, [], [])
+    assert reason is None and again.ca.read_bytes() == ca
+    _, reason = certs.ensure_dev_certs(tmp_path, [], ["10.1.2.3"])
+    assert reason is not None and "new CA" in reason and "caBundle" in reason
+    assert first.ca.read_bytes() != ca
+
+
 def test_certs_bad_ip(tmp_path: Path) -> None:
     out = swapwise("certs", "--service", "s", "--namespace", "n", "--out", str(tmp_path),
                    "--ip", "not-an-ip")

@@ -1,4 +1,4 @@
-"""SPEC §4, rule by rule, over many pod shapes."""
+"""docs/rules.md, rule by rule, over many pod shapes."""
 
 from __future__ import annotations
 

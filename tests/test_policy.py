@@ -1,4 +1,5 @@
-"""SPEC §3: the policy file is validated with field paths; typos are never ignored."""
+"""README "Policy reference": the policy file is validated with field paths; typos are never
+ignored."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Property tests: SPEC §4 invariants over generated pods and profiles."""
+"""Property tests: docs/rules.md invariants over generated pods and profiles."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The kubelet's LimitedSwap rule (SPEC §1), asked by the webhook's placement and by ``plan``.
+"""The kubelet's LimitedSwap rule (docs/rules.md), asked by the webhook's placement and by ``plan``.
 
 One table, three readers: the rule on the pod as submitted (``PodView.swap_eligible``), the
 webhook (placement is added exactly when a container of the resulting pod gets swap) and

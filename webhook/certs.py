@@ -117,25 +117,46 @@ def expiry(cert_pem: bytes) -> dt.datetime:
     return x509.load_pem_x509_certificate(cert_pem).not_valid_after_utc
 
 
-def ensure_dev_certs(out: Path, extra_dns: list[str], extra_ips: list[str]) -> CertPaths:
+class ForeignCertificateError(ValueError):
+    """The development directory holds a certificate that ``serve`` did not make."""
+
+
+def ensure_dev_certs(
+    out: Path, extra_dns: list[str], extra_ips: list[str]
+) -> tuple[CertPaths, str | None]:
     """Reuse development certificates under ``out`` while valid; otherwise make new ones.
 
     Reuse keeps the CA stable across restarts, so a ``caBundle`` registered once
-    keeps working.
+    keeps working. Returns the paths and, when a new CA was made over an old one, why.
+    A certificate that does not name ``localhost`` (e.g. one ``swapwise certs`` wrote for
+    a Service) is never replaced: its CA may already be some API server's ``caBundle``.
     """
     paths = CertPaths(out / CA_FILE, out / CERT_FILE, out / KEY_FILE)
     dns = [*service_names("swapwise", "default"), "localhost", *extra_dns]
     ips = ["127.0.0.1", "::1", *extra_ips]
+    if not any(p.exists() for p in (paths.ca, paths.cert, paths.key)):
+        return write(out, *generate(list(dict.fromkeys(dns)), list(dict.fromkeys(ips)))), None
+    reason = f"{paths.cert} is unreadable or incomplete"
     if all(p.exists() for p in (paths.ca, paths.cert, paths.key)):
         try:
             cert = x509.load_pem_x509_certificate(paths.cert.read_bytes())
             san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
             names = set(san.get_values_for_type(x509.DNSName))
             addresses = {str(a) for a in san.get_values_for_type(x509.IPAddress)}
+        except (ValueError, x509.ExtensionNotFound):
+            pass
+        else:
+            if "localhost" not in names:
+                raise ForeignCertificateError(
+                    f"{paths.cert} is not a development certificate (it does not name "
+                    f"localhost); serve it with --cert-dir {out}, or move it away to get a "
+                    "development certificate"
+                )
             fresh = cert.not_valid_after_utc - dt.datetime.now(dt.UTC) > dt.timedelta(days=7)
             wanted_ips = {str(ipaddress.ip_address(ip)) for ip in ips}
             if fresh and set(dns) <= names and wanted_ips <= addresses:
-                return paths
-        except (ValueError, x509.ExtensionNotFound):
-            pass
-    return write(out, *generate(list(dict.fromkeys(dns)), list(dict.fromkeys(ips))))
+                return paths, None
+            reason = (f"{paths.cert} expires within 7 days" if not fresh
+                      else f"{paths.cert} lacks a name or address this server needs")
+    paths = write(out, *generate(list(dict.fromkeys(dns)), list(dict.fromkeys(ips))))
+    return paths, f"{reason}: made a new CA; update any caBundle made from the old {paths.ca}"

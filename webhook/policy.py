@@ -1,4 +1,4 @@
-"""The policy file (SPEC §3): schema, validation with field paths, and compilation.
+"""The policy file (README "Policy reference"): schema, field-path validation, compilation.
 
 A typo must never silently do nothing, so unknown fields, duplicate keys and values
 out of range are all errors. A valid file is compiled once into frozen

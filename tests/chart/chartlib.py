@@ -36,6 +36,14 @@ def _executable(path: Path) -> bool:
     return path.is_file() and os.access(path, os.X_OK)
 
 
+def go_cache_env() -> dict[str, str]:
+    """GOMODCACHE and GOCACHE as tests/go-env.sh sets them for the build scripts."""
+    root = Path(
+        os.environ.get("SWAPWISE_GO_CACHE", Path.home() / ".cache" / "swapwise" / "go")
+    )
+    return {"GOMODCACHE": str(root / "mod"), "GOCACHE": str(root / "build")}
+
+
 def find_helm() -> Path:
     """Locate helm, building it with `go install` if needed; raise with a reason if not."""
     env = os.environ.get("HELM")
@@ -59,7 +67,7 @@ def find_helm() -> Path:
     own.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run(
         [go, "install", f"helm.sh/helm/v3/cmd/helm@{HELM_VERSION}"],
-        env={**os.environ, "GOBIN": str(own), "CGO_ENABLED": "0"},
+        env={**os.environ, **go_cache_env(), "GOBIN": str(own), "CGO_ENABLED": "0"},
         capture_output=True,
         text=True,
         timeout=1800,

@@ -1,4 +1,5 @@
-"""The policy ConfigMap is the SPEC §3 file, rendered from the same values as the webhooks."""
+"""The policy ConfigMap is the policy file (README "Policy reference"), rendered from the same
+values as the webhooks."""
 
 from __future__ import annotations
 

@@ -9,13 +9,15 @@
 #        real-node tests under tests/node/, only when named)
 #   SWAPWISE_K8S_BIN   output dir (default ~/.cache/swapwise/k8s/<k8s version>/bin)
 #   SWAPWISE_GO_P      go build -p (default 2)
+#   SWAPWISE_GO_CACHE  Go module and build caches (default ~/.cache/swapwise/go; tests/go-env.sh)
 # A second run builds nothing: each binary has a stamp (hash of its helper module, ldflags and
 # Go version) and must report the expected version.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 gomod=$here/gomod
-export PATH="/usr/local/go/bin:$PATH"
+# shellcheck source=../go-env.sh
+source "$here/../go-env.sh"
 export CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS="-mod=readonly -buildvcs=false"
 
 modver() { sed -n "s#^require $2 \(v[^ ]*\)\$#\1#p" "$gomod/$1/go.mod"; }

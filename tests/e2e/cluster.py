@@ -895,7 +895,7 @@ def webhook_configuration(
     name: str = "swapwise",
     timeout_seconds: int = 5,
 ) -> dict[str, Any]:
-    """The MutatingWebhookConfiguration of SPEC §7, with `url` instead of a Service."""
+    """The chart's MutatingWebhookConfiguration, with `url` instead of a Service."""
     ca = base64.b64encode(ca_bundle_pem).decode()
     hooks = []
     for profile in profiles:

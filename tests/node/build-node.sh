@@ -11,6 +11,7 @@
 # Usage: tests/node/build-node.sh            build what is missing; prints the artifacts file
 #   SWAPWISE_NODE_CACHE   cache root (default ~/.cache/swapwise/node)
 #   SWAPWISE_NODE_KERNEL  Debian kernel ABI to use (default: what linux-image-amd64 depends on)
+#   SWAPWISE_GO_CACHE     Go module and build caches (default ~/.cache/swapwise/go; tests/go-env.sh)
 # Output: $SWAPWISE_NODE_CACHE/artifacts.json (paths of kernel, initramfs, root disk, versions).
 set -euo pipefail
 
@@ -19,7 +20,9 @@ repo=$(cd "$here/../.." && pwd)
 cache=${SWAPWISE_NODE_CACHE:-$HOME/.cache/swapwise/node}
 suite=bookworm
 guest_packages=containerd,runc,containernetworking-plugins,tini,busybox-static,iproute2,procps,kmod,mount,iptables,ca-certificates
-export PATH="/usr/local/go/bin:$PATH" CGO_ENABLED=0 GOTOOLCHAIN=local
+# shellcheck source=../go-env.sh
+source "$here/../go-env.sh"
+export CGO_ENABLED=0 GOTOOLCHAIN=local
 mkdir -p "$cache"
 exec 9>"$cache/.lock"
 flock 9   # two builds at once wait for each other instead of racing on the cache

@@ -115,7 +115,7 @@ def patch_of(response: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def apply_checked(pod: Any, response: dict[str, Any]) -> Any:
-    """Apply the response's patch to ``pod``; check SPEC §4's limits on what may change."""
+    """Apply the response's patch to ``pod``; check docs/rules.md's limits on what may change."""
     ops = patch_of(response)
     if not ops:
         return pod

@@ -2,7 +2,7 @@
 
 Every example checks what the API server relies on: never a 5xx and never a hang; a
 200 is a well-formed review response for the same uid; a patch applies (RFC 6902, with
-jsonpatch) and touches only what SPEC §4 allows; a patched valid pod is still valid for
+jsonpatch) and touches only what docs/rules.md allows; a patched valid pod is still valid for
 the Kubernetes 1.34 schema; a second pass over the result patches nothing.
 SWAPWISE_FUZZ_LONG=1 runs 50x the examples.
 """

@@ -22,7 +22,8 @@ def register(subcommands: Any) -> None:
     parser.add_argument("--tls-cert", help="serving certificate (PEM)")
     parser.add_argument("--tls-key", help="serving key (PEM)")
     parser.add_argument("--client-ca", help="require client certificates signed by this CA")
-    parser.add_argument("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="listen address (default 127.0.0.1; 0.0.0.0 for all)")
     parser.add_argument("--port", type=int, default=8443, help="listen port (default 8443)")
     parser.add_argument("--log-level", default="info",
                         choices=["debug", "info", "warning", "error"])
@@ -60,7 +61,9 @@ def _certificate(args: argparse.Namespace) -> tuple[Path, Path]:
             raise ValueError("--tls-cert and --tls-key go together")
         return Path(args.tls_cert), Path(args.tls_key)
     extra_ips = [args.host] if args.host not in ("0.0.0.0", "::", "127.0.0.1") else []
-    paths = certs.ensure_dev_certs(DEV_CERT_DIR, [], extra_ips)
+    paths, replaced = certs.ensure_dev_certs(DEV_CERT_DIR, [], extra_ips)
+    if replaced:
+        print(f"swapwise: {replaced}", file=sys.stderr)
     print(f"swapwise: development certificate {paths.cert}; CA bundle for caBundle: "
           f"{paths.ca.resolve()}", file=sys.stderr)
     return paths.cert, paths.key

@@ -173,7 +173,7 @@ class PodView:
 def gets_swap(
     qos: str, critical: bool, request: Fraction | None, limit: Fraction | None
 ) -> bool:
-    """The kubelet's LimitedSwap rule (SPEC §1) for one container: does it get swap?
+    """The kubelet's LimitedSwap rule (docs/rules.md) for one container: does it get swap?
 
     The one home of the rule: the webhook's placement, ``preview`` and ``plan`` all ask it.
     ``qos`` is the pod's QoS class, ``critical`` whether the pod is critical, ``request``

@@ -1,4 +1,5 @@
-"""The ASGI application: routes of SPEC §5 around :func:`webhook.admission.decide`.
+"""The ASGI application: the routes (docs/rules.md, README "Operations") around
+:func:`webhook.admission.decide`.
 
 Admission is on the path of every pod creation, so ``POST /mutate/<profile>`` is served
 by a lean ASGI handler in front of FastAPI: read at most 3 MiB (within a deadline), parse

@@ -1,4 +1,4 @@
-"""Prometheus metrics (SPEC §5), on a registry of their own so tests stay isolated.
+"""Prometheus metrics (README "Operations"), on a registry of their own so tests stay isolated.
 
 With ``serve --workers N`` a scrape reaches whichever worker accepts the connection, so
 per-process numbers would jump around between scrapes. Workers therefore share their

@@ -175,7 +175,7 @@ Namespaces no webhook entry ever matches.
 {{- end }}
 
 {{/*
-The policy file (SPEC §3). Profile fields pass through as given: the webhook fills defaults.
+The policy file (README "Policy reference"). Profile fields pass through as given: the webhook fills defaults.
 */}}
 {{- define "swapwise.policyFile" -}}
 {{- include "swapwise.checkPolicy" . }}

@@ -15,6 +15,8 @@ if [[ ${1:-} == --check ]]; then check=1; shift; fi
 k8s_version=${1:-v1.34.4}
 staging_version=v0.${k8s_version#v1.}   # v1.34.4 -> v0.34.4
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=../../../go-env.sh
+source "$here/../../../go-env.sh"
 export GOFLAGS="${GOFLAGS:-} -mod=mod" GOTOOLCHAIN=local
 
 upstream_mod=$(cd "$here" && go mod download -json "k8s.io/kubernetes@${k8s_version}" \
