@@ -86,6 +86,7 @@ step "building $image from Dockerfile"
   "${build_args[@]}" -t "$image" -f "$repo/Dockerfile" "$repo" >/dev/null
 mkdir -p "$(dirname "$out")"
 rm -f "$out"
-# Uncompressed layers: a node imports them without spending CPU on gzip.
-"${bah[@]}" push --quiet --disable-compression "$image" "oci-archive:$out:$image"
-step "image $image: $out ($(du -m "$out" | cut -f1) MiB)"
+"${bah[@]}" push --quiet "$image" "oci-archive:$out:$image"
+# Earlier builds' layers (vfs keeps each one whole) go; the base stays, it is tagged.
+"${bah[@]}" rmi --prune >/dev/null 2>&1 || true
+step "image $image: $out ($(du -m "$out" | cut -f1) MiB, gzip layers)"

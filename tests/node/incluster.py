@@ -9,6 +9,7 @@ normal Service mode, on the real node. Helpers of test_in_cluster.py.
 
 from __future__ import annotations
 
+import gzip
 import http.client
 import json
 import subprocess
@@ -35,8 +36,8 @@ class ImageFacts:
     name: str
     user: str
     entrypoint: list[str]
-    layers_bytes: int  # uncompressed layers: what the node stores
-    archive_bytes: int
+    layers_bytes: int  # unpacked layers: what a node stores
+    compressed_bytes: int  # the layers as pushed: what a registry stores and a node pulls
 
     @classmethod
     def read(cls, archive: Path) -> ImageFacts:
@@ -54,12 +55,21 @@ class ImageFacts:
             manifest = blob(entry["digest"])
             config = blob(manifest["config"]["digest"])["config"]
             name = entry.get("annotations", {}).get("org.opencontainers.image.ref.name", "")
+            unpacked = 0
+            for layer in manifest["layers"]:
+                algo, hexdigest = layer["digest"].split(":", 1)
+                member = tar.extractfile(f"blobs/{algo}/{hexdigest}")
+                assert member is not None
+                compressed = layer["mediaType"].endswith("+gzip")
+                with gzip.GzipFile(fileobj=member) if compressed else member as stream:
+                    while chunk := stream.read(1 << 20):
+                        unpacked += len(chunk)
         return cls(
             name=name,
             user=config.get("User", ""),
             entrypoint=config.get("Entrypoint") or [],
-            layers_bytes=sum(layer["size"] for layer in manifest["layers"]),
-            archive_bytes=archive.stat().st_size,
+            layers_bytes=unpacked,
+            compressed_bytes=sum(layer["size"] for layer in manifest["layers"]),
         )
 
 

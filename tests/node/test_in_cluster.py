@@ -156,7 +156,7 @@ def test_image_facts(control_plane: ControlPlane, node: RealNode, release: Relea
     assert image.user == "65532:65532"
     assert image.entrypoint == ["swapwise", "serve"]
     results["image.size_bytes"] = image.layers_bytes
-    results["image.archive_bytes"] = image.archive_bytes
+    results["image.compressed_bytes"] = image.compressed_bytes
     # The image's own user (no runAsUser here) and its version, from the node's containerd.
     facts = {
         "apiVersion": "v1", "kind": "Pod",
