@@ -1,6 +1,8 @@
 # syntax=docker/dockerfile:1
 # swapwise admission webhook image.
-#   docker build -t swapwise:0.1.0 .
+#   make image                  (buildah, no daemon: build/swapwise-image.tar; see README)
+#   docker build -t swapwise:0.1.0 .   (where a Docker engine exists)
+# PYTHON_IMAGE: the base; `make image LOCAL_BASE=1` passes an equivalent built from Debian.
 # The builder turns the project and its dependencies into wheels; the final stage installs
 # those wheels only: no source tree, no compiler, no pip cache.
 

@@ -137,6 +137,9 @@ json.dump({
     "kubelet_version": "$k8s_version", "images": ["localhost/swapwise/pause:v1", "localhost/swapwise/workload:v1"],
 }, open(sys.argv[1], "w"), indent=1)
 PY
-# Older disks of this cache are not needed any more.
+# Older disks, roots, images and kernels of this cache are not needed any more.
 find "$cache/disk" -mindepth 1 -maxdepth 1 -not -name "$dkey" -exec rm -rf {} +
+find "$cache/rootfs" -mindepth 1 -maxdepth 1 -type d -not -name "$rkey" -exec rm -rf {} +
+find "$cache/images" -mindepth 1 -maxdepth 1 -not -name "$ikey" -exec rm -rf {} +
+find "$cache/kernel" -mindepth 1 -maxdepth 1 -not -name "$kver" -exec rm -rf {} +
 step "real node ready: $cache/artifacts.json"
