@@ -94,6 +94,8 @@ def test_container_args_mounts_probes(objs: list[dict[str, Any]]) -> None:
         "0.0.0.0",
         "--port",
         "8443",
+        "--drain-seconds",
+        "12",
     ]
     assert c["ports"] == [{"name": "https", "containerPort": 8443, "protocol": "TCP"}]
     mounts = {m["name"]: m for m in c["volumeMounts"]}
@@ -115,11 +117,13 @@ def test_graceful_rollout(objs: list[dict[str, Any]]) -> None:
 
 
 def test_image_matches_dockerfile_defaults(objs: list[dict[str, Any]]) -> None:
-    """The chart passes the same arguments the image's CMD defaults to."""
+    """The chart passes the arguments the image's CMD defaults to, plus the drain its
+    probes call for."""
     text = (REPO / "Dockerfile").read_text()
     cmd = re.search(r"^CMD (\[.*\])$", text, re.M)
     assert cmd, "Dockerfile has no exec-form CMD"
-    assert json.loads(cmd.group(1)) == container(objs)["args"]
+    args = container(objs)["args"]
+    assert json.loads(cmd.group(1)) == args[:-2] and args[-2] == "--drain-seconds"
     assert re.search(r'^ENTRYPOINT \["swapwise", "serve"\]$', text, re.M)
     assert "USER 65532:65532" in text
 
@@ -268,3 +272,25 @@ def test_host_network_mode(chart: Chart) -> None:
 
 def test_host_network_port_validated(chart: Chart) -> None:
     assert "port" in chart.error({"hostNetwork": {"enabled": True, "port": 70000}})
+
+
+def _drain(objs: list[dict[str, Any]]) -> str:
+    args = container(objs)["args"]
+    return str(args[args.index("--drain-seconds") + 1])
+
+
+def test_drain_outlasts_the_readiness_probe(chart: Chart) -> None:
+    """By default the server serves past the time a failing readiness probe takes to
+    withdraw its endpoint; an explicit drainSeconds wins."""
+    assert _drain(chart.render()) == "12"  # 5 s x 2 + 2
+    probe = {"readinessProbe": {"httpGet": {"path": "/readyz", "port": "https"},
+                                "periodSeconds": 2, "failureThreshold": 1}}
+    assert _drain(chart.render(probe)) == "4"
+    assert _drain(chart.render({"drainSeconds": 3})) == "3"
+
+
+def test_grace_period_must_cover_prestop_and_drain(chart: Chart) -> None:
+    message = chart.error({"terminationGracePeriodSeconds": 20})
+    assert "terminationGracePeriodSeconds (20) must be at least" in message
+    assert "= 27" in message
+    assert _drain(chart.render({"terminationGracePeriodSeconds": 27})) == "12"

@@ -342,12 +342,15 @@ class RealNode:
         self.wait_for(lambda: self.status()["kubelet_generation"] > generation, timeout,
                       what=f"the kubelet to restart with swapBehavior {swap_behavior}")
 
-    def kill_container(self, container_id: str, timeout: float = 60.0) -> None:
-        """SIGKILL one container from the guest's side, as an OOM kill or a crash would end
-        it (a signal from inside the container cannot kill its PID 1)."""
+    def kill_container(self, container_id: str, signal: str = "SIGKILL",
+                       timeout: float = 60.0) -> None:
+        """Signal one container's main process from the node, as its runtime does: SIGTERM
+        to stop it (as ``crictl stop`` or a shutting-down node), SIGKILL as an OOM kill or
+        a crash ends it. (From inside the container its PID 1 cannot be killed.)"""
         request = self.share / "kill-container"
-        request.write_text(container_id)
-        self.wait_for(lambda: not request.exists(), timeout, what=f"the kill of {container_id}")
+        request.write_text(f"{container_id} {signal}\n")
+        self.wait_for(lambda: not request.exists(), timeout,
+                      what=f"{signal} to container {container_id}")
 
     def kubelet_get(self, path: str) -> str:
         """GET a kubelet endpoint through the API server's node proxy (as cluster admin)."""

@@ -211,3 +211,18 @@ The port the server listens on: the node's port in hostNetwork mode, else the co
 {{- define "swapwise.listenPort" -}}
 {{- if .Values.hostNetwork.enabled }}{{ .Values.hostNetwork.port }}{{ else }}{{ .Values.service.targetPort }}{{ end }}
 {{- end }}
+
+{{/*
+Seconds the server keeps serving after SIGTERM (--drain-seconds). Unless set, long enough for
+a failing readiness probe to withdraw the endpoint when nothing else did: a container stopped
+by its runtime (not a pod deletion, which withdraws it at once) must not close its port while
+the Service still sends the API server to it.
+*/}}
+{{- define "swapwise.drainSeconds" -}}
+{{- if kindIs "invalid" .Values.drainSeconds }}
+{{- $p := .Values.readinessProbe }}
+{{- add (mul (default 10 $p.periodSeconds) (default 3 $p.failureThreshold)) 2 }}
+{{- else }}
+{{- .Values.drainSeconds }}
+{{- end }}
+{{- end }}

@@ -4,7 +4,7 @@
 # The host talks to it only through the 9p share mounted at /share:
 #   in:  kubelet.yaml, kubelet.kubeconfig, pki/ (ca.crt, kubelet.crt, kubelet.key), kubelet.flags,
 #        kubernetes-service ("SERVICE_IP PORT API_IP API_PORT"), images/*.tar (imported at boot),
-#        kill-container (a request: SIGKILL the CRI container whose ID it holds),
+#        kill-container (a request: "ID SIGNAL", signal that CRI container's task),
 #        restart-kubelet (a request: restart the kubelet with the current kubelet.yaml),
 #        poweroff (a request)
 #   out: node.log (milestones), kubelet.log, containerd.log, status.json (every 2 s: meminfo,
@@ -127,10 +127,10 @@ while true; do
     start_kubelet
   fi
   if [ -f /share/kill-container ]; then
-    id=$(cat /share/kill-container)
+    read -r id signal < /share/kill-container
     rm -f /share/kill-container
-    ctr -n k8s.io tasks kill --signal SIGKILL "$id" >> /share/node.log 2>&1
-    log "killed container $id"
+    ctr -n k8s.io tasks kill --signal "$signal" "$id" >> /share/node.log 2>&1
+    log "sent $signal to container $id"
   fi
   if [ -f /share/poweroff ]; then
     log "poweroff requested"
