@@ -179,6 +179,7 @@ async def watch(
             continue
         if identities != [_identity(d) for d in directories]:
             continue
+        on_change()  # what changed while no watch was set up (harmless otherwise: digests)
         async for _changes in watchfiles.awatch(
             *directories, stop_event=stop, debounce=50, step=20, recursive=False,
             rust_timeout=int(poll_seconds * 1000), yield_on_timeout=True,
