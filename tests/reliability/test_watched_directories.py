@@ -9,7 +9,9 @@ Before this suite: a deleted and recreated directory was never watched again (on
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
+import signal
 import time
 from pathlib import Path
 
@@ -17,8 +19,8 @@ import yaml
 
 from tests.reliability.support import Server
 from tests.server_proc import wait_until
+from webhook.server import reload
 from webhook.server.metrics import Metrics
-from webhook.server.reload import supervise, watch
 
 
 def policy(profile: str) -> bytes:
@@ -98,7 +100,8 @@ def test_a_failing_watcher_is_restarted_and_counted() -> None:
                 return  # ending early is a failure too
             stop.set()
 
-        await asyncio.wait_for(supervise("files", flaky, stop, metrics, max_backoff=0.05), 10)
+        await asyncio.wait_for(
+            reload.supervise("files", flaky, stop, metrics, max_backoff=0.05), 10)
 
     asyncio.run(main())
     assert len(runs) == 4
@@ -123,9 +126,9 @@ def test_watch_survives_a_callback_error_through_supervise(tmp_path: Path) -> No
 
     async def main() -> None:
         stop = asyncio.Event()
-        task = asyncio.create_task(supervise(
-            "files", lambda: watch([target], on_change, stop, poll_seconds=30), stop, metrics,
-            max_backoff=0.1))
+        task = asyncio.create_task(reload.supervise(
+            "files", lambda: reload.watch([target], on_change, stop, poll_seconds=30),
+            stop, metrics, max_backoff=0.1))
         await asyncio.sleep(0.5)
         target.write_text("boom")
         for _ in range(100):
@@ -146,3 +149,32 @@ def test_watch_survives_a_callback_error_through_supervise(tmp_path: Path) -> No
     assert "after" in seen
     assert metrics.registry.get_sample_value("swapwise_watcher_restarts_total",
                                              {"watcher": "files"}) >= 1
+
+
+def test_a_worker_restarted_while_the_policy_is_bad_serves_the_last_good_one(
+    tmp_path: Path
+) -> None:
+    """Before, the new worker refused to start on the bad file, exited, was restarted, and
+    after 5 such exits in a minute the supervisor stopped the whole server."""
+    server = Server(tmp_path, policy("good"), "--workers", "2",
+                    "--drain-seconds", "0").start()
+    assert server.policy is not None and server.process is not None
+    try:
+        assert wait_until(lambda: len(server.children()) == 2)
+        server.policy.update({"policy.yaml": b"profiles: [broken"})
+        assert wait_until(lambda: server.metric("swapwise_policy_reloads_total",
+                                                result="failure") >= 1, 20)
+        for _ in range(2):  # within the supervisor's crash-loop limit (5 a minute)
+            victim = server.children()[0]
+            os.kill(victim, signal.SIGKILL)
+            assert wait_until(lambda v=victim: len(server.children()) == 2
+                              and v not in server.children(), 20)
+        time.sleep(3)  # a worker that could not start would have exited by now, repeatedly
+        assert server.process.poll() is None and len(server.children()) == 2
+        assert "worker failed" not in server.logs()
+        for _ in range(6):
+            assert profiles(server) == ["good"]
+        server.policy.update({"policy.yaml": policy("fixed")})
+        assert wait_until(lambda: all(profiles(server) == ["fixed"] for _ in range(6)), 20)
+    finally:
+        server.stop()
