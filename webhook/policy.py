@@ -28,6 +28,7 @@ from pydantic import (
     model_validator,
 )
 
+from webhook.files import read_regular
 from webhook.profile import SWAP_LABEL, LabelSelector, Placement, Profile
 from webhook.quantity import QuantityError, parse_bytes, parse_quantity
 
@@ -36,6 +37,11 @@ KIND = "SwapPolicy"
 DEFAULT_SWAP_RATIO = 2
 DEFAULT_MIN_REQUEST = "16Mi"
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+# A ConfigMap holds at most 1 MiB; a policy is a few hundred bytes. Anchors and aliases
+# may repeat a value, but the document they expand to stays small and shallow.
+MAX_FILE_BYTES = 1024 * 1024
+MAX_VALUES = 100_000
+MAX_DEPTH = 64
 
 
 class PolicyError(ValueError):
@@ -233,10 +239,42 @@ def _format_errors(exc: ValidationError, prefix: tuple[str | int, ...] = ()) -> 
     return list(dict.fromkeys(errors))
 
 
+def _check_size(document: Any) -> str | None:
+    """Why ``document`` is too big or too deep to be a policy, if it is (no recursion)."""
+    stack: list[tuple[Any, int]] = [(document, 0)]
+    values = 0
+    while stack:
+        node, depth = stack.pop()
+        values += 1
+        if values > MAX_VALUES:
+            return f"more than {MAX_VALUES} values (aliases included)"
+        if depth > MAX_DEPTH:
+            return f"nested deeper than {MAX_DEPTH} levels"
+        if isinstance(node, dict):
+            stack.extend((child, depth + 1) for pair in node.items() for child in pair)
+        elif isinstance(node, list):
+            stack.extend((child, depth + 1) for child in node)
+    return None
+
+
 def build_policy(document: Any, source: str = "<policy>") -> Policy:
-    """Validate a parsed policy document and compile it; raises :class:`PolicyError`."""
+    """Validate a parsed policy document and compile it; raises :class:`PolicyError`
+    (and nothing else, whatever the document holds)."""
     if not isinstance(document, dict):
         raise PolicyError(source, ["(root): the policy must be a YAML mapping"])
+    problem = _check_size(document)
+    if problem is not None:
+        raise PolicyError(source, [f"(root): {problem}"])
+    try:
+        return _build(document, source)
+    except PolicyError:
+        raise
+    except Exception as exc:  # a shape no check above foresaw: still a refusal, not a crash
+        raise PolicyError(source, [f"(root): cannot be read as a policy: "
+                                   f"{type(exc).__name__}: {exc}"]) from None
+
+
+def _build(document: dict[Any, Any], source: str) -> Policy:
     try:
         spec = PolicySpec.model_validate(document)
     except ValidationError as exc:
@@ -267,6 +305,11 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
     seen: set[Any] = set()
     for key_node, _ in node.value:
+        if not isinstance(key_node, yaml.ScalarNode):
+            raise yaml.constructor.ConstructorError(
+                None, None, "mapping keys must be plain values, not lists or mappings",
+                key_node.start_mark,
+            )
         key = loader.construct_object(key_node)
         if key in seen:
             raise yaml.constructor.ConstructorError(
@@ -282,10 +325,15 @@ _UniqueKeyLoader.add_constructor(
 
 
 def parse_policy(text: str, source: str = "<policy>") -> Policy:
+    """Parse and validate policy text; raises :class:`PolicyError` for any bad content."""
     try:
         document = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
         raise PolicyError(source, [f"(yaml): {exc}".replace("\n", " ")]) from None
+    except RecursionError:
+        raise PolicyError(source, ["(yaml): nested too deeply to be a policy"]) from None
+    except Exception as exc:  # e.g. a date PyYAML cannot build (2024-02-30)
+        raise PolicyError(source, [f"(yaml): {type(exc).__name__}: {exc}"]) from None
     return build_policy(document, source)
 
 
@@ -301,7 +349,7 @@ def parse_policy_bytes(data: bytes, source: str = "<policy>") -> Policy:
 def load_policy(path: str | Path) -> Policy:
     """Read and validate a policy file; raises :class:`PolicyError` with field paths."""
     try:
-        data = Path(path).read_bytes()
+        data = read_regular(Path(path), MAX_FILE_BYTES)
     except OSError as exc:
         raise PolicyError(str(path), [f"(file): {exc}"]) from None
     return parse_policy_bytes(data, str(path))

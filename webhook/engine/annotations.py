@@ -1,61 +1,85 @@
-"""Annotations calculator: record what swapwise did, so it can be audited and undone."""
+"""Annotations calculator: record what swapwise did, so it can be audited and undone.
+
+These annotations are swapwise's own, but anyone can write them: junk in them (not JSON,
+JSON nested a thousand levels deep, entries of the wrong shape) is ignored with a
+warning, and the pod is reshaped as if it were absent.
+"""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from webhook.engine.pod import PodView
+from webhook.engine.pod import ORIGINAL_ANNOTATION, PROFILE_ANNOTATION, PodView
 from webhook.engine.pointer import PatchOp, add, set_member
 from webhook.engine.resources import ContainerChange
+from webhook.engine.warnings import warning
 
-PROFILE_ANNOTATION = "swapwise.io/profile"
-ORIGINAL_ANNOTATION = "swapwise.io/original"
+__all__ = ["ORIGINAL_ANNOTATION", "PROFILE_ANNOTATION", "annotation_ops"]
+
 # One encoder for every call: json.dumps with options builds a new one each time.
 _COMPACT = json.JSONEncoder(separators=(",", ":"))
+_JUNK = warning(f"ignored unreadable {ORIGINAL_ANNOTATION} annotation (rewritten)")
 
 
-def _original(view: PodView, changes: list[ContainerChange]) -> str | None:
+def _entry(value: Any) -> bool:
+    """One recorded container: ``{"request": "2Gi", "limit": "2Gi"}`` (either may be absent)."""
+    return (isinstance(value, dict) and set(value) <= {"request", "limit"}
+            and all(type(v) is str for v in value.values()))
+
+
+def recorded_originals(view: PodView) -> tuple[dict[str, Any], bool]:
+    """(entries recorded on an earlier pass, whether the annotation held junk)."""
+    previous = view.annotations.get(ORIGINAL_ANNOTATION)
+    if previous is None:
+        return {}, False
+    if type(previous) is not str:
+        return {}, True
+    try:
+        loaded = json.loads(previous)
+    except (ValueError, RecursionError):
+        return {}, True
+    if not isinstance(loaded, dict):
+        return {}, True
+    kept = {name: value for name, value in loaded.items() if _entry(value)}
+    return kept, len(kept) != len(loaded)
+
+
+def _original(view: PodView, changes: list[ContainerChange]) -> tuple[str | None, bool]:
     """Compact JSON of the original memory settings, keeping entries already recorded.
 
     A container reshaped on an earlier pass keeps its first recorded values: after a
     second webhook undid our change, the original is still what the user wrote.
     """
-    recorded: dict[str, Any] = {}
-    previous = view.annotations.get(ORIGINAL_ANNOTATION)
-    if isinstance(previous, str):
-        try:
-            loaded = json.loads(previous)
-        except ValueError:
-            loaded = None
-        if isinstance(loaded, dict):
-            recorded = loaded
+    recorded, junk = recorded_originals(view)
     merged = dict(recorded)
     for change in changes:
         merged.setdefault(change.container.name, change.original)
-    if merged == recorded and previous is not None:
-        return None
-    return _COMPACT.encode(merged)
+    if merged == recorded and not junk and view.annotations.get(ORIGINAL_ANNOTATION) is not None:
+        return None, False
+    return _COMPACT.encode(merged), junk
 
 
 def annotation_ops(
     view: PodView, profile_name: str, changes: list[ContainerChange]
-) -> list[PatchOp]:
+) -> tuple[list[PatchOp], list[str]]:
     wanted: dict[str, str] = {}
+    warnings: list[str] = []
     if view.annotations.get(PROFILE_ANNOTATION) != profile_name:
         wanted[PROFILE_ANNOTATION] = profile_name
     if changes:
-        original = _original(view, changes)
+        original, junk = _original(view, changes)
         if original is not None:
             wanted[ORIGINAL_ANNOTATION] = original
+        if junk:
+            warnings.append(_JUNK)
     if not wanted:
-        return []
+        return [], warnings
     if "metadata" not in view.pod or view.pod["metadata"] is None:
-        return [add("/metadata", {"annotations": wanted})]
+        return [add("/metadata", {"annotations": wanted})], warnings
     if view.metadata.get("annotations") is None:
-        return [add("/metadata/annotations", wanted)]
+        return [add("/metadata/annotations", wanted)], warnings
     return [
         set_member("/metadata/annotations", view.annotations, key, value)
         for key, value in wanted.items()
-    ]
-
+    ], warnings

@@ -13,14 +13,19 @@ from typing import Any
 
 from webhook.engine.annotations import annotation_ops
 from webhook.engine.placement import placement_ops
-from webhook.engine.pod import MalformedPod, PodView, gets_swap, qos_class
+from webhook.engine.pod import (
+    SKIP_KEY,
+    MalformedPod,
+    PodTooLarge,
+    PodView,
+    gets_swap,
+    qos_class,
+)
 from webhook.engine.pointer import PatchOp
 from webhook.engine.resize import resize_ops
 from webhook.engine.resources import ContainerChange, plan_resources, resource_ops
 from webhook.engine.warnings import warning
 from webhook.profile import Profile
-
-SKIP_KEY = "swapwise.io/skip"
 
 
 @dataclass(frozen=True)
@@ -110,8 +115,12 @@ def mutate_pod(
         if not view.spec.get("nodeName") and not daemonset and uses_swap(view, changes):
             patch += placement_ops(view, profile.placement)
         if patch:
-            patch += annotation_ops(view, profile.name, changes)
+            ops, annotation_warnings = annotation_ops(view, profile.name, changes)
+            patch += ops
+            warnings += annotation_warnings
         return Mutation(patch, warnings, changes)
+    except PodTooLarge as exc:
+        return Mutation(warnings=[warning(f"pod left unchanged: {exc}")], skipped="too large")
     except MalformedPod as exc:
         return Mutation(warnings=[warning(f"pod left unchanged: {exc}")], skipped="malformed")
 

@@ -25,13 +25,12 @@ def _expressions(placement: Placement) -> list[dict[str, Any]]:
 
 
 def _has(expressions: list[Any], wanted: dict[str, Any]) -> bool:
-    return any(
-        isinstance(e, dict)
-        and e.get("key") == wanted["key"]
-        and e.get("operator") == "In"
-        and e.get("values") == wanted["values"]
-        for e in expressions
-    )
+    for raw in expressions:
+        expression = as_dict(raw, "matchExpressions[]")
+        if (expression.get("key") == wanted["key"] and expression.get("operator") == "In"
+                and expression.get("values") == wanted["values"]):
+            return True
+    return False
 
 
 def _nest(path: str, keys: list[str], value: Any) -> PatchOp:
@@ -92,8 +91,7 @@ def _preferred_ops(
 
 def _normalized(toleration: Any) -> dict[str, Any]:
     """Tolerations compare equal when they differ only by defaulted fields."""
-    if not isinstance(toleration, dict):
-        return {}
+    toleration = as_dict(toleration, "spec.tolerations[]")
     return {
         "key": toleration.get("key", ""),
         "operator": toleration.get("operator") or "Equal",

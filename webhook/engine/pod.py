@@ -21,10 +21,23 @@ CRITICAL_PRIORITY = 2_000_000_000
 CRITICAL_CLASSES = frozenset({"system-cluster-critical", "system-node-critical"})
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 QOS_RESOURCES = ("cpu", "memory")
+# Bounded work per admission: a 3 MiB review can hold ~40,000 containers or ~1,000,000
+# tolerations. Real pods have a handful; beyond these the pod is left unchanged, with a
+# warning, after reading only the lengths (docs/rules.md, "Limits").
+MAX_CONTAINERS = 1000  # initContainers + containers
+MAX_ITEMS = 1000  # any other list the engine walks (tolerations, affinity terms, ...)
+SKIP_KEY = "swapwise.io/skip"
+PROFILE_ANNOTATION = "swapwise.io/profile"
+ORIGINAL_ANNOTATION = "swapwise.io/original"
+OWN_ANNOTATIONS = frozenset({PROFILE_ANNOTATION, ORIGINAL_ANNOTATION})
 
 
 class MalformedPod(ValueError):
     """The object does not have the shape of a core/v1 Pod where the engine needs it."""
+
+
+class PodTooLarge(MalformedPod):
+    """More containers (or list items) than swapwise reshapes: the pod is left alone."""
 
 
 def as_dict(value: Any, where: str) -> dict[str, Any]:
@@ -36,12 +49,21 @@ def as_dict(value: Any, where: str) -> dict[str, Any]:
     return value
 
 
-def as_list(value: Any, where: str) -> list[Any]:
+def as_list(value: Any, where: str, limit: int = MAX_ITEMS) -> list[Any]:
     if value is None:
         return []
     if not isinstance(value, list):
         raise MalformedPod(f"{where} must be a list")
+    if len(value) > limit:
+        raise PodTooLarge(f"{where} has {len(value)} entries; swapwise reshapes at most {limit}")
     return value
+
+
+def as_str(value: Any, where: str) -> str | None:
+    """``value`` as a string; absent (``None``) reads as None."""
+    if value is None or type(value) is str:
+        return value
+    raise MalformedPod(f"{where} must be a string")
 
 
 def _quantities(resources: dict[str, Any], field: str, where: str) -> Resources:
@@ -100,9 +122,29 @@ class PodView:
             raise MalformedPod("pod must be an object")
         metadata = as_dict(pod.get("metadata"), "metadata")
         spec = as_dict(pod.get("spec"), "spec")
+        lists = {field: as_list(spec.get(field), f"spec.{field}", MAX_CONTAINERS)
+                 for field in ("initContainers", "containers")}
+        total = sum(map(len, lists.values()))
+        if total > MAX_CONTAINERS:
+            raise PodTooLarge(f"pod has {total} containers; swapwise reshapes pods of at most "
+                              f"{MAX_CONTAINERS}")
+        labels = as_dict(metadata.get("labels"), "metadata.labels")
+        for key, value in labels.items():
+            if type(value) is not str:
+                raise MalformedPod(f"metadata.labels[{key!r}] must be a string")
+        annotations = as_dict(metadata.get("annotations"), "metadata.annotations")
+        for key, value in annotations.items():
+            if type(value) is not str and key not in OWN_ANNOTATIONS:
+                raise MalformedPod(f"metadata.annotations[{key!r}] must be a string")
+        for field in ("priorityClassName", "nodeName", "restartPolicy"):
+            as_str(spec.get(field), f"spec.{field}")
+        priority = spec.get("priority")
+        if priority is not None and type(priority) is not int:
+            raise MalformedPod("spec.priority must be an integer")
+        as_str(as_dict(spec.get("os"), "spec.os").get("name"), "spec.os.name")
         containers: list[ContainerView] = []
-        for field in ("initContainers", "containers"):
-            for index, raw in enumerate(as_list(spec.get(field), f"spec.{field}")):
+        for field, items in lists.items():
+            for index, raw in enumerate(items):
                 where = f"spec.{field}[{index}]"
                 container = raw if type(raw) is dict else as_dict(raw, where)
                 name = container.get("name")
@@ -112,8 +154,9 @@ class PodView:
                 if type(resources) is not dict:
                     resources = as_dict(resources, f"{where}.resources")
                 kind: ContainerKind = "container"
+                restart = as_str(container.get("restartPolicy"), f"{where}.restartPolicy")
                 if field == "initContainers":
-                    kind = "sidecar" if container.get("restartPolicy") == "Always" else "init"
+                    kind = "sidecar" if restart == "Always" else "init"
                 where = f"{where}.resources"
                 containers.append(
                     ContainerView(
@@ -129,8 +172,8 @@ class PodView:
             pod=pod,
             metadata=metadata,
             spec=spec,
-            labels=as_dict(metadata.get("labels"), "metadata.labels"),
-            annotations=as_dict(metadata.get("annotations"), "metadata.annotations"),
+            labels=labels,
+            annotations=annotations,
             containers=tuple(containers),
         )
 
@@ -145,8 +188,10 @@ class PodView:
         return MIRROR_ANNOTATION in self.annotations
 
     def owned_by_daemonset(self) -> bool:
-        refs = as_list(self.metadata.get("ownerReferences"), "metadata.ownerReferences")
-        return any(isinstance(ref, dict) and ref.get("kind") == "DaemonSet" for ref in refs)
+        where = "metadata.ownerReferences"
+        refs = as_list(self.metadata.get("ownerReferences"), where)
+        return any(as_str(as_dict(ref, f"{where}[]").get("kind"), f"{where}[].kind")
+                   == "DaemonSet" for ref in refs)
 
     def pod_level_resources(self) -> tuple[Resources, Resources] | None:
         """Pod-level ``spec.resources`` (cpu/memory), which decide QoS when present."""

@@ -8,7 +8,7 @@ and in pods with ``restartPolicy: Never``, so those are never touched.
 
 from __future__ import annotations
 
-from webhook.engine.pod import PodView, as_dict, as_list
+from webhook.engine.pod import PodView, as_dict, as_list, as_str
 from webhook.engine.pointer import PatchOp, add, replace
 from webhook.engine.resources import ContainerChange
 from webhook.engine.warnings import warning
@@ -33,14 +33,15 @@ def resize_ops(
         entry = {"resourceName": "memory", "restartPolicy": RESTART}
         for index, policy in enumerate(policies):
             policy = as_dict(policy, path)
-            if policy.get("resourceName") != "memory":
+            if as_str(policy.get("resourceName"), f"{path}[].resourceName") != "memory":
                 continue
-            if policy.get("restartPolicy") != RESTART:
+            current = as_str(policy.get("restartPolicy"), f"{path}[].restartPolicy")
+            if current != RESTART:
                 ops.append(replace(f"{path}/{index}/restartPolicy", RESTART))
                 warnings.append(
                     warning(
                         f"{container.name} memory resizePolicy "
-                        f"{policy.get('restartPolicy')} -> {RESTART} (required with swap)"
+                        f"{current} -> {RESTART} (required with swap)"
                     )
                 )
             break

@@ -66,6 +66,12 @@ class Metrics:
             ["result"],
             registry=self.registry,
         )
+        self.watcher_restarts = Counter(
+            "swapwise_watcher_restarts",
+            "File watchers restarted after an unexpected failure (logged with a traceback).",
+            ["watcher"],
+            registry=self.registry,
+        )
         self.certificate_expiry = Gauge(
             "swapwise_certificate_expiry_timestamp_seconds",
             "Expiry (Unix time) of the serving certificate in use.",
@@ -76,6 +82,7 @@ class Metrics:
         for result in ("success", "failure"):
             self.policy_reloads.labels(result)
             self.certificate_reloads.labels(result)
+        self.watcher_restarts.labels("files")
         self.policy_profiles = Gauge(
             "swapwise_policy_profiles",
             "Profiles in the policy in use.",

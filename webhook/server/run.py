@@ -21,13 +21,14 @@ from types import FrameType
 import uvicorn
 import uvloop
 
+from webhook.policy import Policy
 from webhook.server import asynclog
 from webhook.server.app import AppState, create_app
 from webhook.server.logs import configure, get_logger
 from webhook.server.metrics import Metrics
 from webhook.server.protocol import GuardedHttpToolsProtocol
-from webhook.server.reload import PolicyStore, reload_certificate, watch
-from webhook.server.tls import CertificateStore
+from webhook.server.reload import PolicyStore, reload_certificate, supervise, watch
+from webhook.server.tls import CertificateStore, LoadedCert
 
 log = get_logger("server")
 
@@ -137,13 +138,32 @@ def configure_protocol(options: ServeOptions) -> type[GuardedHttpToolsProtocol]:
     })
 
 
+@dataclass(frozen=True)
+class Fallback:
+    """What a restarted worker serves when the files are bad at that moment: the last
+    policy and certificate its supervisor could load (see workers.py)."""
+
+    policy: Policy
+    certificate: LoadedCert
+
+
 def build(
-    options: ServeOptions, metrics_dir: Path | None = None,
+    options: ServeOptions, metrics_dir: Path | None = None, *, counting: bool = True,
+    fallback: Fallback | None = None,
 ) -> tuple[SwapwiseServer, AppState, CertificateStore]:
-    """Everything but the event loop; raises PolicyError / CertificateError early."""
+    """Everything but the event loop; raises PolicyError / CertificateError early
+    (unless there is a ``fallback``). ``counting``: this process counts reloads."""
     metrics = Metrics(metrics_dir)
-    policies = PolicyStore(options.policy, metrics)
-    certificates = CertificateStore(options.cert, options.key, options.client_ca)
+    policies = PolicyStore(options.policy, metrics, counting=counting,
+                           fallback=fallback.policy if fallback else None)
+    certificates = CertificateStore(options.cert, options.key, options.client_ca,
+                                    fallback=fallback.certificate if fallback else None)
+    if certificates.failing:
+        log.error("certificate files unusable, serving the last good certificate",
+                  extra={"cert": str(options.cert),
+                         "not_after": certificates.current.not_after.isoformat()})
+        if counting:
+            metrics.certificate_reloads.labels("failure").inc()
     metrics.certificate_expiry.set(certificates.current.not_after.timestamp())
     state = AppState(policies, metrics)
     config = uvicorn.Config(
@@ -169,18 +189,26 @@ def build(
 
 async def serve_socket(
     options: ServeOptions, sock: socket.socket, metrics_dir: Path | None = None,
+    *, counting: bool = True, fallback: Fallback | None = None,
 ) -> None:
-    """Serve on an already bound socket until SIGTERM/SIGINT (one process of many, or the one)."""
-    server, state, certificates = build(options, metrics_dir)
+    """Serve on an already bound socket until SIGTERM/SIGINT (one process of many, or the one).
+
+    ``counting``: this process counts reloads (with ``--workers``, only worker 0 does, so
+    each change is counted once); ``fallback``: see :class:`Fallback`.
+    """
+    server, state, certificates = build(options, metrics_dir, counting=counting,
+                                        fallback=fallback)
     metrics = state.metrics
 
     def on_change() -> None:
         state.policies.reload()
-        reload_certificate(certificates, metrics)
+        reload_certificate(certificates, metrics, counting)
 
     stop = asyncio.Event()
-    watched = [options.cert, options.key] + ([options.policy] if options.policy else [])
-    watcher = asyncio.create_task(watch(watched, on_change, stop))
+    watched = [options.cert, options.key]
+    watched += [path for path in (options.policy, options.client_ca) if path is not None]
+    watcher = asyncio.create_task(
+        supervise("files", lambda: watch(watched, on_change, stop), stop, metrics))
     log.info(
         "serving",
         extra={
@@ -194,6 +222,8 @@ async def serve_socket(
         await server.serve(sockets=[sock])
     finally:
         stop.set()
+        for close in state.on_stop:
+            close()
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await watcher
@@ -207,7 +237,6 @@ def serve(options: ServeOptions) -> None:
     if options.workers > 1:
         from webhook.server.workers import Supervisor
 
-        build(options)  # refuse a bad policy or certificate before forking anything
-        Supervisor(options, sock).run()
+        Supervisor(options, sock).run()  # refuses a bad policy or certificate first
         return
     uvloop.run(serve_socket(options, sock))

@@ -17,8 +17,11 @@ from pathlib import Path
 
 from cryptography import x509
 
+from webhook.files import read_regular
+
 # TLS 1.2+ with forward-secret AEAD suites only (TLS 1.3 suites are always AEAD).
 CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
+MAX_FILE_BYTES = 1024 * 1024  # a Secret holds at most 1 MiB
 
 
 class CertificateError(ValueError):
@@ -32,43 +35,73 @@ class LoadedCert:
     not_after: dt.datetime
 
 
+def _no_password() -> bytes:
+    # Without a callback OpenSSL would prompt on the terminal for an encrypted key's
+    # passphrase; an empty one makes such a key fail to load instead.
+    return b""
+
+
 def build_context(cert: Path, key: Path, client_ca: Path | None = None) -> ssl.SSLContext:
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.set_ciphers(CIPHERS)
-    context.options |= ssl.OP_NO_COMPRESSION | ssl.OP_NO_RENEGOTIATION
-    context.set_alpn_protocols(["http/1.1"])
-    if client_ca is not None:
-        context.verify_mode = ssl.CERT_REQUIRED
-        context.load_verify_locations(cafile=str(client_ca))
+    """A server context from the files; :class:`CertificateError` for anything unusable."""
     try:
-        context.load_cert_chain(str(cert), str(key))
-    except (OSError, ssl.SSLError) as exc:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.set_ciphers(CIPHERS)
+        context.options |= ssl.OP_NO_COMPRESSION | ssl.OP_NO_RENEGOTIATION
+        context.set_alpn_protocols(["http/1.1"])
+        if client_ca is not None:
+            context.verify_mode = ssl.CERT_REQUIRED
+            try:
+                context.load_verify_locations(cafile=str(client_ca))
+            except (OSError, ssl.SSLError, ValueError) as exc:
+                raise CertificateError(f"cannot load client CA {client_ca}: {exc}") from exc
+        context.load_cert_chain(str(cert), str(key), password=_no_password)
+    except CertificateError:
+        raise
+    except (OSError, ssl.SSLError, ValueError) as exc:
         raise CertificateError(f"cannot load {cert} / {key}: {exc}") from exc
     return context
 
 
-def load(cert: Path, key: Path, client_ca: Path | None = None) -> LoadedCert:
+def load(cert: Path, key: Path, client_ca: Path | None = None,
+         now: dt.datetime | None = None) -> LoadedCert:
+    """Read and check the files; an expired or not yet valid certificate is refused."""
     try:
-        cert_pem = cert.read_bytes()
-        key_pem = key.read_bytes()
-        not_after = x509.load_pem_x509_certificate(cert_pem).not_valid_after_utc
+        cert_pem = read_regular(cert, MAX_FILE_BYTES)
+        key_pem = read_regular(key, MAX_FILE_BYTES)
+        ca_pem = read_regular(client_ca, MAX_FILE_BYTES) if client_ca is not None else b""
+        parsed = x509.load_pem_x509_certificate(cert_pem)
+        not_before, not_after = parsed.not_valid_before_utc, parsed.not_valid_after_utc
     except (OSError, ValueError) as exc:
         raise CertificateError(f"cannot read {cert} / {key}: {exc}") from exc
-    fingerprint = hashlib.sha256(cert_pem + b"\0" + key_pem).hexdigest()
+    now = now or dt.datetime.now(dt.UTC)
+    if not_after <= now:
+        raise CertificateError(f"{cert} expired at {not_after.isoformat()}")
+    if not_before > now:
+        raise CertificateError(f"{cert} is not valid before {not_before.isoformat()}")
+    fingerprint = hashlib.sha256(cert_pem + b"\0" + key_pem + b"\0" + ca_pem).hexdigest()
     return LoadedCert(build_context(cert, key, client_ca), fingerprint, not_after)
 
 
 class CertificateStore:
     """The serving certificate; :meth:`reload` swaps it for new handshakes only."""
 
-    def __init__(self, cert: Path, key: Path, client_ca: Path | None = None) -> None:
+    def __init__(self, cert: Path, key: Path, client_ca: Path | None = None,
+                 fallback: LoadedCert | None = None) -> None:
+        """Load the files; with ``fallback`` (a restarted worker), serve it if they are
+        unusable instead of raising :class:`CertificateError`."""
         self.cert_path, self.key_path, self.client_ca = cert, key, client_ca
-        self.current = load(cert, key, client_ca)
-        # The listener's context: same settings, and it hands over to `current`.
-        self.listener = build_context(cert, key, client_ca)
-        self.listener.sni_callback = self._select
         self.failing = False  # the files on disk are currently unusable
+        try:
+            self.current = load(cert, key, client_ca)
+        except CertificateError:
+            if fallback is None:
+                raise
+            self.current, self.failing = fallback, True
+        # The listener's context: same settings, and it hands over to `current`.
+        self.listener = (self.current.context if self.failing
+                         else build_context(cert, key, client_ca))
+        self.listener.sni_callback = self._select
 
     def _select(self, connection: ssl.SSLObject, _name: str | None, _ctx: ssl.SSLContext) -> None:
         connection.context = self.current.context

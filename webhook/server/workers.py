@@ -28,9 +28,12 @@ from types import FrameType
 
 from prometheus_client import multiprocess
 
+from webhook.policy import PolicyError, load_policy
 from webhook.server import asynclog
 from webhook.server.logs import get_logger
-from webhook.server.run import ServeOptions, serve_socket
+from webhook.server.run import Fallback, ServeOptions, build, serve_socket
+from webhook.server.tls import CertificateError
+from webhook.server.tls import load as load_certificate
 
 log = get_logger("workers")
 
@@ -57,6 +60,20 @@ class Supervisor:
         self.failed = False
         self.exits: list[float] = []
         self.metrics_dir = Path(tempfile.mkdtemp(prefix="swapwise-metrics-"))
+        # Refuses a bad policy or certificate before forking anything.
+        _, state, certificates = build(options)
+        self.fallback = Fallback(state.policies.policy, certificates.current)
+
+    def _refresh_fallback(self) -> None:
+        """Before restarting a worker: what it serves if the files are bad right now."""
+        policy, certificate = self.fallback.policy, self.fallback.certificate
+        if self.options.policy is not None:
+            with contextlib.suppress(PolicyError):
+                policy = load_policy(self.options.policy)
+        with contextlib.suppress(CertificateError):
+            certificate = load_certificate(self.options.cert, self.options.key,
+                                           self.options.client_ca)
+        self.fallback = Fallback(policy, certificate)
 
     def run(self) -> None:
         previous = {sig: signal.signal(sig, self._on_signal)
@@ -84,7 +101,9 @@ class Supervisor:
                 _die_with_parent()
                 import uvloop
 
-                uvloop.run(serve_socket(self.options, self.sock, self.metrics_dir))
+                # Worker 0 alone counts reloads: every worker reloads each change.
+                uvloop.run(serve_socket(self.options, self.sock, self.metrics_dir,
+                                        counting=index == 0, fallback=self.fallback))
                 code = 0
             except BaseException:
                 log.exception("worker failed", extra={"worker": index})
@@ -128,4 +147,5 @@ class Supervisor:
                 continue
             time.sleep(min(1.0, 0.1 * len(self.exits)))
             if not self.stopping:
+                self._refresh_fallback()
                 self._spawn(index)

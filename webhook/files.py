@@ -1,0 +1,41 @@
+"""Reading watched files safely: whatever sits at the path, the answer is bytes or an OSError.
+
+A mounted ConfigMap or Secret can be replaced by anything while swapwise runs: a
+directory, a FIFO (reading one would block the event loop forever), a device, or a huge
+file. Only a regular file of at most ``limit`` bytes is read.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+
+class FileTooLarge(OSError):
+    pass
+
+
+def read_regular(path: Path, limit: int) -> bytes:
+    """The content of the regular file at ``path``; OSError for anything else."""
+    # O_NONBLOCK: opening a FIFO with no writer must not block; regular files ignore it.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f"{path}: not a regular file")
+        if info.st_size > limit:
+            raise FileTooLarge(f"{path}: larger than {limit} bytes")
+        chunks = []
+        size = 0
+        while True:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > limit:  # grew while being read
+                raise FileTooLarge(f"{path}: larger than {limit} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
