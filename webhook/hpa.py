@@ -187,3 +187,16 @@ def targets(hpa: dict[str, Any], kind: str, name: str, namespace: str | None) ->
         return False
     hpa_ns = _meta(hpa, "namespace")
     return hpa_ns is None or namespace is None or hpa_ns == namespace
+
+
+def manifest_warnings(
+    objects: list[Any], kind: str, name: str, namespace: str | None,
+    before: dict[str, Any], after: dict[str, Any],
+) -> list[HpaWarning]:
+    """Warnings for the HPAs among ``objects`` (input manifests) that scale ``kind/name``,
+    whose pod (template) swapwise reshapes from ``before`` to ``after``."""
+    found: list[HpaWarning] = []
+    for obj in objects:
+        if is_hpa(obj) and targets(obj, kind, name, namespace):
+            found += utilisation_warnings(obj, before, after)
+    return found
