@@ -40,7 +40,7 @@ from webhook.quantity import MI, QuantityError, format_bytes, parse_quantity
 
 NAMESPACE_LABEL = "swapwise.io/profile"
 BEHAVIOR_LABEL = "swapwise.io/swap-behavior"  # declared by node admins (docs/labeller.md)
-# The webhook's namespaceSelector never covers these (SPEC §7): nothing there is reshaped.
+# The chart's namespaceSelector never covers these: nothing there is reshaped.
 EXCLUDED_NAMESPACES = frozenset({"kube-system", "kube-node-lease"})
 VPA_GROUP = "autoscaling.k8s.io"
 
