@@ -6,10 +6,12 @@ The whole command against a real API server is tests/e2e/test_audit.py; here the
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import jsonpatch
 
+from tests.test_cli import swapwise
 from webhook.audit import Cluster, Finding, audit, original_pod
 from webhook.engine import mutate_pod
 from webhook.policy import default_policy, parse_policy
@@ -194,3 +196,22 @@ def test_noswap_declared_nodes_are_information() -> None:
     report = audit(Cluster(nodes=[n]), default_policy())
     assert checks(report.findings) == [("node-swap-unlabelled", "Node/n", False)]
     assert not report.needs_action
+
+
+def test_a_pending_pod_without_placement_is_not_in_shape() -> None:
+    """Already swap-eligible (request < limit) but created before the opt-in: the engine
+    would still add the swap-node affinity."""
+    p = pod("pending")
+    p["spec"]["containers"][0]["resources"]["requests"] = {"memory": "512Mi"}
+    report = audit(Cluster(namespaces=[ns("team")], pods=[p]), default_policy())
+    [finding] = report.findings
+    assert finding.check == "pod-not-reshaped"
+    assert "no memory change: node placement or annotations missing" in finding.message
+
+
+def test_cli_without_a_reachable_cluster_exits_2(tmp_path: Path) -> None:
+    out = swapwise("audit", "--kubeconfig", str(tmp_path / "missing"))
+    assert out.returncode == 2
+    assert out.stderr.startswith("swapwise: audit: cannot read the cluster:")
+    bad = swapwise("audit", "--label", "novalue")
+    assert bad.returncode == 1 and "expected key=value" in bad.stderr

@@ -323,7 +323,8 @@ def _unshaped(pods: list[_Pod]) -> list[Finding]:
         if pod.after is None:
             continue
         changes = pod.changes
-        what = "; ".join(w.removeprefix("swapwise: ") for w in changes) or "annotations only"
+        what = ("; ".join(w.removeprefix("swapwise: ") for w in changes)
+                or "no memory change: node placement or annotations missing")
         fix = (f"re-create it (e.g. kubectl rollout restart {pod.owner[0].lower()}/"
                f"{pod.owner[1]} -n {pod.namespace})" if pod.owner and pod.owner[0] in
                ("Deployment", "StatefulSet", "DaemonSet") else "re-create it")
