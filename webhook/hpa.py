@@ -14,7 +14,7 @@ from fractions import Fraction
 from typing import Any
 
 from webhook.engine.pod import MalformedPod, PodView
-from webhook.quantity import format_bytes
+from webhook.quantity import ceil_mi, format_bytes
 
 HPA_KIND = "HorizontalPodAutoscaler"
 
@@ -53,8 +53,9 @@ class HpaWarning:
 
     @property
     def average_value(self) -> int:
-        """The AverageValue (bytes per pod) equal to today's target on the old request."""
-        return -(-self.utilisation_target * self.request_before // 100)
+        """The AverageValue (bytes per pod) of today's target on the old request, rounded up
+        to a whole MiB so it is written exactly (``1229Mi``)."""
+        return ceil_mi(Fraction(self.utilisation_target * self.request_before, 100))
 
     def message(self) -> str:
         what = f"container {self.container}" if self.container else "the pod"

@@ -199,6 +199,7 @@ def test_audit_end_to_end(cluster: tuple[ControlPlane, Audit]) -> None:
     code, report = audit.json()
     assert code == 1
     assert report["needsAction"] is True
+    assert report["policy"] == str(audit.policy)
     assert report["namespaces"] == {"strict": "limits", "team": "default", "typo": "sandbox"}
     assert report["skipped"] == [
         "vpa: the autoscaling.k8s.io API is not served by this cluster"]
@@ -222,6 +223,8 @@ def test_audit_end_to_end(cluster: tuple[ControlPlane, Audit]) -> None:
     assert hpa["details"]["factor"] == pytest.approx(2048 / 683)
     assert hpa["details"]["suggestedAverageUtilization"] == 180
     assert "x3.00" in hpa["message"]
+    assert "averageValue 1229Mi" in hpa["message"]  # 60 % of 2Gi, rounded up to a MiB
+    assert hpa["details"]["suggestedAverageValue"] == 1229 * 1024**2
 
     assert found[("limitrange", "strict", "LimitRange/ratio")]["details"] == {
         "maxLimitRequestRatio": 2.0, "profileRatio": 3.0}
@@ -241,6 +244,7 @@ def test_audit_end_to_end(cluster: tuple[ControlPlane, Audit]) -> None:
     # The table says the same.
     table = audit.run()
     assert table.returncode == 1
+    assert table.stdout.startswith(f"policy: {audit.policy}\n")
     assert "10 finding(s), 9 needing action" in table.stdout
     assert re.search(r"^hpa-memory-utilisation +team +HorizontalPodAutoscaler/web +"
                      r"Deployment/web +yes$", table.stdout, re.M), table.stdout

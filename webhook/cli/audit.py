@@ -93,8 +93,9 @@ def _not_found(exc: Exception, api_error: type[Exception]) -> bool:
     return getattr(response, "status_code", None) == 404
 
 
-def render_table(report: Any) -> str:
-    lines = []
+def render_table(report: Any, policy_source: str) -> str:
+    lines = [f"policy: {policy_source}" + (
+        " (give the webhook's with --policy FILE)" if policy_source == "built-in" else "")]
     if report.namespaces:
         opted = ", ".join(f"{ns} ({profile})" for ns, profile in report.namespaces.items())
         lines.append(f"opted-in namespaces: {opted}")
@@ -138,7 +139,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     report = audit(cluster, policy, (key, value))
     if args.output == "json":
-        sys.stdout.write(json.dumps(report.to_json(), indent=2) + "\n")
+        document = {"policy": policy.source, **report.to_json()}
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")
     else:
-        sys.stdout.write(render_table(report))
+        sys.stdout.write(render_table(report, policy.source))
     return 1 if report.needs_action else 0
