@@ -36,6 +36,11 @@ COMBOS: dict[str, dict[str, Any] | None] = {
         "certs": {"mode": "certManager"},
         "metrics": {"serviceMonitor": {"enabled": True}},
     },
+    "monitoring-audit": {
+        "metrics": {"prometheusRule": {"enabled": True},
+                    "grafanaDashboard": {"enabled": True, "namespace": "monitoring"}},
+        "audit": {"rbac": {"create": True}},
+    },
     "secret": {"certs": {"mode": "secret", "secretName": "tls", "caBundle": "Zm9v"}},
     "url": {"webhook": {"url": "https://127.0.0.1:8443"}},
     "one-replica-knobs": {

@@ -7,9 +7,9 @@ import sys
 from collections.abc import Sequence
 
 from webhook import __version__
-from webhook.cli import certs_cmd, label_nodes, plan, policy_cmd, preview, serve
+from webhook.cli import audit, certs_cmd, label_nodes, plan, policy_cmd, preview, serve
 
-COMMANDS = (serve, preview, plan, policy_cmd, certs_cmd, label_nodes)
+COMMANDS = (serve, preview, plan, audit, policy_cmd, certs_cmd, label_nodes)
 
 
 def build_parser() -> argparse.ArgumentParser:

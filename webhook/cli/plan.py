@@ -17,9 +17,13 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, TextIO
 
+import jsonpatch
+
 from webhook.cli.common import CommandError, fail, policy_from
 from webhook.cli.preview import choose_profile, read_documents
+from webhook.engine import mutate_pod
 from webhook.engine.pod import MalformedPod
+from webhook.hpa import HpaWarning, manifest_warnings
 from webhook.overhead import (
     Overhead,
     OverheadError,
@@ -64,6 +68,7 @@ class WorkloadPlan:
     workload: Workload
     profile: str
     pod: PodPlan
+    hpa: tuple[HpaWarning, ...] = ()  # HPAs of the input whose memory utilisation rises
 
     @property
     def replicas(self) -> int | None:
@@ -125,7 +130,8 @@ def plan(
     if runtime_classes is None:
         runtime_classes = runtime_classes_from(documents)
     plans: list[WorkloadPlan] = []
-    for obj in iter_objects(documents):
+    objects = list(iter_objects(documents))
+    for obj in objects:
         workload = find_workload(obj)
         if workload is None:
             continue
@@ -137,7 +143,12 @@ def plan(
                                   runtime_classes=runtime_classes)
         except (MalformedPod, OverheadError) as exc:
             raise CommandError(f"{workload.ref}: {exc}") from None
-        plans.append(WorkloadPlan(workload, profile.name, result))
+        mutation = mutate_pod(pod, profile, daemonset=workload.daemonset or None)
+        hpa: list[HpaWarning] = []
+        if mutation.patch:
+            hpa = manifest_warnings(objects, workload.kind, workload.name, workload.namespace,
+                                    pod, jsonpatch.apply_patch(pod, mutation.patch))
+        plans.append(WorkloadPlan(workload, profile.name, result, tuple(hpa)))
     if not plans:
         raise CommandError("no Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet, Job or "
                            "CronJob found in the input")
@@ -308,6 +319,7 @@ def render_json(node: Node, plans: list[WorkloadPlan]) -> str:
                 "cpu": float(result.overhead.cpu),
                 "source": result.overhead.source,
             },
+            "hpa": [warning.to_json() for warning in item.hpa],
             "before": _density_json(result.before, item.replicas),
             "after": _density_json(result.after, item.replicas),
             "swapRatio": {
@@ -334,6 +346,8 @@ def _print_warnings(plans: list[WorkloadPlan], out: TextIO) -> None:
     for item in plans:
         for message in item.pod.warnings:
             print(f"Warning: {item.workload.ref}: {message}", file=out)
+        for warning in item.hpa:
+            print(f"Warning: {item.workload.ref}: {warning.message()}", file=out)
 
 
 def run(args: argparse.Namespace) -> int:

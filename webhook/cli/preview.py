@@ -17,6 +17,7 @@ import yaml
 
 from webhook.cli.common import CommandError, fail, policy_from
 from webhook.engine import mutate_pod
+from webhook.hpa import manifest_warnings
 from webhook.policy import Policy
 from webhook.profile import Profile
 from webhook.workloads import find_workload, iter_objects
@@ -72,7 +73,8 @@ def preview(
 ) -> list[tuple[Any, Any]]:
     """(before, after) for every object; objects without pods pass through unchanged."""
     results: list[tuple[Any, Any]] = []
-    for obj in iter_objects(documents):
+    objects = list(iter_objects(documents))
+    for obj in objects:
         workload = find_workload(obj)
         if workload is None:
             results.append((obj, obj))
@@ -85,7 +87,11 @@ def preview(
             print(f"Warning: {workload.ref}: {message}", file=warnings_out)
         after = obj
         if mutation.patch:
-            after = workload.with_pod(jsonpatch.apply_patch(pod, mutation.patch))
+            new_pod = jsonpatch.apply_patch(pod, mutation.patch)
+            after = workload.with_pod(new_pod)
+            for hpa in manifest_warnings(objects, workload.kind, workload.name,
+                                         workload.namespace, pod, new_pod):
+                print(f"Warning: {workload.ref}: {hpa.message()}", file=warnings_out)
         results.append((obj, after))
     return results
 

@@ -1,0 +1,602 @@
+"""``swapwise audit``'s decisions: fetched cluster objects in, findings out.
+
+Pure (no I/O, no clock): :func:`audit` takes the objects :mod:`webhook.cli.audit` listed
+through the API server as plain dicts, plus the policy, and returns :class:`Finding`\\ s.
+Whether a pod is "in shape" is decided by the same :func:`~webhook.engine.mutate_pod`
+the webhook runs: a running pod the engine would still patch is not.
+
+Checks (``Finding.check``):
+
+- ``unknown-profile``: a namespace opted in to a profile the policy does not have;
+- ``pod-not-reshaped``: a pod not in the shape its profile gives (created before the
+  namespace opted in, while the webhook was down, ...), with its owner;
+- ``reshaped-pod-without-swap``: a reshaped pod bound to a node that gives no swap;
+- ``hpa-memory-utilisation``: an HPA scaling a reshaped workload on memory utilisation;
+- ``vpa``: a VerticalPodAutoscaler targeting a reshaped workload;
+- ``limitrange``: a LimitRange that refuses reshaped pods;
+- ``resourcequota``: a ResourceQuota that refuses them, or caps what reshaping gains;
+- ``node-swap-unlabelled`` / ``node-labelled-without-swap``: the swap label and the
+  node's reported swap capacity disagree.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import jsonpatch
+
+from webhook.engine import mutate_pod
+from webhook.engine.annotations import ORIGINAL_ANNOTATION, PROFILE_ANNOTATION
+from webhook.engine.pod import MalformedPod, PodView
+from webhook.hpa import utilisation_warnings
+from webhook.policy import Policy
+from webhook.profile import SWAP_LABEL, Profile
+from webhook.quantity import MI, QuantityError, format_bytes, parse_quantity
+
+NAMESPACE_LABEL = "swapwise.io/profile"
+BEHAVIOR_LABEL = "swapwise.io/swap-behavior"  # declared by node admins (docs/labeller.md)
+# The chart's namespaceSelector never covers these: nothing there is reshaped.
+EXCLUDED_NAMESPACES = frozenset({"kube-system", "kube-node-lease"})
+VPA_GROUP = "autoscaling.k8s.io"
+
+CHECKS = (
+    "unknown-profile", "pod-not-reshaped", "reshaped-pod-without-swap",
+    "hpa-memory-utilisation", "vpa", "limitrange", "resourcequota",
+    "node-swap-unlabelled", "node-labelled-without-swap",
+)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """What the audit reads; every object a dict as the API server serves it."""
+
+    namespaces: list[dict[str, Any]] = field(default_factory=list)
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    pods: list[dict[str, Any]] = field(default_factory=list)
+    replicasets: list[dict[str, Any]] = field(default_factory=list)
+    hpas: list[dict[str, Any]] = field(default_factory=list)
+    vpas: list[dict[str, Any]] | None = None  # None: the VPA API is not served
+    limitranges: list[dict[str, Any]] = field(default_factory=list)
+    quotas: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str
+    namespace: str | None
+    object: str  # Kind/name
+    message: str
+    action: bool = True  # False: for information, does not fail the audit
+    owner: str | None = None  # Kind/name of the pod's controller (through its ReplicaSet)
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "check": self.check, "namespace": self.namespace, "object": self.object,
+            "owner": self.owner, "action": self.action, "message": self.message,
+            "details": self.details,
+        }
+
+
+@dataclass(frozen=True)
+class Report:
+    findings: list[Finding]
+    namespaces: dict[str, str]  # opted-in namespace -> profile
+    skipped: list[str]  # checks that could not run, and why
+
+    @property
+    def needs_action(self) -> bool:
+        return any(f.action for f in self.findings)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "needsAction": self.needs_action,
+            "namespaces": self.namespaces,
+            "skipped": self.skipped,
+            "findings": [f.to_json() for f in self.findings],
+        }
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _meta(obj: dict[str, Any], key: str) -> Any:
+    metadata = obj.get("metadata")
+    return metadata.get(key) if isinstance(metadata, dict) else None
+
+
+def _name(obj: dict[str, Any]) -> str:
+    return str(_meta(obj, "name") or "<unnamed>")
+
+
+def _labels(obj: dict[str, Any]) -> dict[str, Any]:
+    labels = _meta(obj, "labels")
+    return labels if isinstance(labels, dict) else {}
+
+
+def _annotations(obj: dict[str, Any]) -> dict[str, Any]:
+    annotations = _meta(obj, "annotations")
+    return annotations if isinstance(annotations, dict) else {}
+
+
+def _controller(obj: dict[str, Any]) -> tuple[str, str] | None:
+    """(kind, name) of the controller ownerReference, else of the first one."""
+    refs = _meta(obj, "ownerReferences")
+    if not isinstance(refs, list):
+        return None
+    candidates = [r for r in refs if isinstance(r, dict)]
+    candidates.sort(key=lambda r: r.get("controller") is not True)
+    for ref in candidates:
+        kind, name = ref.get("kind"), ref.get("name")
+        if isinstance(kind, str) and isinstance(name, str):
+            return kind, name
+    return None
+
+
+def _quantity(value: Any) -> Fraction | None:
+    try:
+        return parse_quantity(value)
+    except QuantityError:
+        return None
+
+
+def _size(value: Fraction | int) -> str:
+    number = int(-(-Fraction(value).numerator // Fraction(value).denominator))
+    return format_bytes(number) if number % MI == 0 else f"{number / MI:.1f}Mi"
+
+
+def _ratio(value: Fraction) -> str:
+    return f"{float(value):.3f}".rstrip("0").rstrip(".")
+
+
+def node_swap_capacity(node: dict[str, Any]) -> int | None:
+    """``status.nodeInfo.swap.capacity`` in bytes; None when the node does not report it."""
+    status = node.get("status")
+    info = status.get("nodeInfo") if isinstance(status, dict) else None
+    swap = info.get("swap") if isinstance(info, dict) else None
+    capacity = swap.get("capacity") if isinstance(swap, dict) else None
+    if isinstance(capacity, bool) or not isinstance(capacity, int | str):
+        return None
+    value = _quantity(capacity)
+    return int(value) if value is not None else None
+
+
+def active(pod: dict[str, Any]) -> bool:
+    """Not finished and not being deleted: what admission would shape again on re-creation."""
+    status = pod.get("status")
+    phase = status.get("phase") if isinstance(status, dict) else None
+    return phase not in ("Succeeded", "Failed") and _meta(pod, "deletionTimestamp") is None
+
+
+def original_pod(pod: dict[str, Any]) -> dict[str, Any] | None:
+    """The pod with the memory requests swapwise recorded in ``swapwise.io/original``
+    put back (what it looked like before reshaping); None without a readable record."""
+    raw = _annotations(pod).get(ORIGINAL_ANNOTATION)
+    try:
+        recorded = json.loads(raw) if isinstance(raw, str) else None
+    except ValueError:
+        return None
+    if not isinstance(recorded, dict):
+        return None
+    before = copy.deepcopy(pod)
+    spec = _dict(before.get("spec"))
+    for group in ("initContainers", "containers"):
+        for container in spec.get(group) or []:
+            original = recorded.get(container.get("name")) if isinstance(container, dict) else None
+            if not isinstance(original, dict):
+                continue
+            resources = container.setdefault("resources", {})
+            for key, section in (("request", "requests"), ("limit", "limits")):
+                if key in original:
+                    resources.setdefault(section, {})["memory"] = original[key]
+                elif section == "limits" and isinstance(resources.get(section), dict):
+                    resources[section].pop("memory", None)  # added by defaultLimit
+            if "request" not in original and isinstance(resources.get("requests"), dict):
+                resources["requests"].pop("memory", None)
+    return before
+
+
+def _uses_swap(pod: dict[str, Any]) -> bool:
+    try:
+        return any(PodView.parse(pod).swap_eligible())
+    except MalformedPod:
+        return False
+
+
+def _memory_totals(pod: dict[str, Any]) -> tuple[Fraction, Fraction]:
+    """(requests.memory, limits.memory) as ResourceQuota counts them: app containers and
+    sidecars summed, against the largest plain init container."""
+    view = PodView.parse(pod)
+    totals = [Fraction(0), Fraction(0)]
+    peaks = [Fraction(0), Fraction(0)]
+    for c in view.containers:
+        values = (c.memory_request or Fraction(0), c.memory_limit or Fraction(0))
+        for i, value in enumerate(values):
+            if c.kind == "init":
+                peaks[i] = max(peaks[i], value)
+            else:
+                totals[i] += value
+    return max(totals[0], peaks[0]), max(totals[1], peaks[1])
+
+
+# ----------------------------------------------------------------------------- the audit
+
+
+def opted_in(namespaces: Iterable[dict[str, Any]]) -> dict[str, str]:
+    """Namespace -> the profile its label asks for (the ones the webhook covers)."""
+    found = {}
+    for ns in namespaces:
+        name = _name(ns)
+        wanted = _labels(ns).get(NAMESPACE_LABEL)
+        if isinstance(wanted, str) and name not in EXCLUDED_NAMESPACES:
+            found[name] = wanted
+    return found
+
+
+@dataclass
+class _Pod:
+    obj: dict[str, Any]
+    namespace: str
+    profile: Profile
+    owner: tuple[str, str] | None
+    reshaped: bool  # carries swapwise's annotation
+    after: dict[str, Any] | None  # the pod as the engine would still make it; None: in shape
+    changes: list[str]  # the engine's warnings for it
+
+    @property
+    def ref(self) -> str:
+        return f"Pod/{_name(self.obj)}"
+
+    @property
+    def owner_ref(self) -> str | None:
+        return f"{self.owner[0]}/{self.owner[1]}" if self.owner else None
+
+
+def audit(cluster: Cluster, policy: Policy, swap_label: tuple[str, str] = (SWAP_LABEL, "true"),
+          ) -> Report:
+    findings: list[Finding] = []
+    skipped: list[str] = []
+    profiles: dict[str, Profile] = {}
+    opted: dict[str, str] = {}
+    for name, wanted in opted_in(cluster.namespaces).items():
+        opted[name] = wanted
+        profile = policy.resolve(wanted, name)
+        if profile is None:
+            findings.append(Finding(
+                "unknown-profile", name, f"Namespace/{name}",
+                f"opted in to profile {wanted!r}, which the policy does not have "
+                f"({', '.join(sorted(policy.profiles))}): its pods are not reshaped",
+            ))
+            continue
+        profiles[name] = profile
+
+    rs_owner = {(_meta(rs, "namespace"), _name(rs)): _controller(rs) for rs in cluster.replicasets}
+    pods = _classify(cluster.pods, profiles, rs_owner)
+    nodes = {_name(n): n for n in cluster.nodes}
+
+    findings += _unshaped(pods)
+    findings += _without_swap(pods, nodes, swap_label)
+    findings += _hpas(cluster.hpas, pods, profiles)
+    if cluster.vpas is None:
+        skipped.append(f"vpa: the {VPA_GROUP} API is not served by this cluster")
+    else:
+        findings += _vpas(cluster.vpas, pods, profiles)
+    findings += _limitranges(cluster.limitranges, profiles)
+    findings += _quotas(cluster.quotas, pods, profiles)
+    findings += _nodes(cluster.nodes, swap_label)
+    return Report(findings, dict(sorted(opted.items())), skipped)
+
+
+def _classify(
+    pods: Iterable[dict[str, Any]], profiles: dict[str, Profile],
+    rs_owner: dict[tuple[Any, str], tuple[str, str] | None],
+) -> list[_Pod]:
+    found: list[_Pod] = []
+    for pod in pods:
+        namespace = _meta(pod, "namespace")
+        profile = profiles.get(namespace) if isinstance(namespace, str) else None
+        if profile is None or not active(pod):
+            continue
+        assert isinstance(namespace, str)
+        owner = _controller(pod)
+        if owner is not None and owner[0] == "ReplicaSet":
+            owner = rs_owner.get((namespace, owner[1])) or owner
+        mutation = mutate_pod(pod, profile)
+        after = jsonpatch.apply_patch(pod, mutation.patch) if mutation.patch else None
+        reshaped = PROFILE_ANNOTATION in _annotations(pod)
+        found.append(_Pod(pod, namespace, profile, owner, reshaped, after, mutation.warnings))
+    return found
+
+
+def _unshaped(pods: list[_Pod]) -> list[Finding]:
+    findings = []
+    for pod in pods:
+        if pod.after is None:
+            continue
+        changes = pod.changes
+        what = ("; ".join(w.removeprefix("swapwise: ") for w in changes)
+                or "no memory change: node placement or annotations missing")
+        fix = (f"re-create it (e.g. kubectl rollout restart {pod.owner[0].lower()}/"
+               f"{pod.owner[1]} -n {pod.namespace})" if pod.owner and pod.owner[0] in
+               ("Deployment", "StatefulSet", "DaemonSet") else "re-create it")
+        findings.append(Finding(
+            "pod-not-reshaped", pod.namespace, pod.ref,
+            f"not in the shape of profile {pod.profile.name} ({what}); admission reshapes "
+            f"pods only when they are created: {fix}",
+            owner=pod.owner_ref, details={"profile": pod.profile.name, "changes": changes},
+        ))
+    return findings
+
+
+def _without_swap(
+    pods: list[_Pod], nodes: dict[str, dict[str, Any]], swap_label: tuple[str, str],
+) -> list[Finding]:
+    findings = []
+    key, value = swap_label
+    for pod in pods:
+        spec = pod.obj.get("spec")
+        node_name = spec.get("nodeName") if isinstance(spec, dict) else None
+        if not pod.reshaped or not node_name or not _uses_swap(pod.obj):
+            continue
+        node = nodes.get(node_name)
+        reasons = []
+        if node is None:
+            reasons.append("the node is gone")
+        else:
+            if _labels(node).get(key) != value:
+                reasons.append(f"the node has no label {key}={value}")
+            capacity = node_swap_capacity(node)
+            if not capacity:
+                reasons.append("the node reports no swap capacity" if capacity is None
+                               else "the node reports swap capacity 0")
+        if reasons:
+            findings.append(Finding(
+                "reshaped-pod-without-swap", pod.namespace, pod.ref,
+                f"reshaped for swap but runs on node {node_name}, which gives no swap "
+                f"({'; '.join(reasons)}): its memory above the request cannot be paged out, "
+                "so it is OOM-killed sooner than before; fix the node, or re-create the pod "
+                "so the scheduler places it on a swap node",
+                owner=pod.owner_ref, details={"node": node_name, "reasons": reasons},
+            ))
+    return findings
+
+
+def _by_workload(pods: list[_Pod]) -> dict[tuple[str, str, str], _Pod]:
+    """One representative pod per (namespace, owner kind, owner name); reshaped ones, or
+    ones the engine would reshape."""
+    chosen: dict[tuple[str, str, str], _Pod] = {}
+    for pod in pods:
+        if pod.owner is None or not (pod.reshaped or pod.after is not None):
+            continue
+        chosen.setdefault((pod.namespace, *pod.owner), pod)
+    return chosen
+
+
+def _hpas(
+    hpas: list[dict[str, Any]], pods: list[_Pod], profiles: dict[str, Profile],
+) -> list[Finding]:
+    workloads = _by_workload(pods)
+    findings = []
+    for hpa in hpas:
+        namespace = _meta(hpa, "namespace")
+        if namespace not in profiles:
+            continue
+        spec = hpa.get("spec")
+        ref = spec.get("scaleTargetRef") if isinstance(spec, dict) else None
+        if not isinstance(ref, dict):
+            continue
+        pod = workloads.get((namespace, str(ref.get("kind")), str(ref.get("name"))))
+        if pod is None:
+            continue
+        if pod.after is not None:
+            before, after = pod.obj, pod.after
+        else:
+            restored = original_pod(pod.obj)
+            if restored is None:
+                continue
+            before, after = restored, pod.obj
+        for warning in utilisation_warnings(hpa, before, after):
+            findings.append(Finding(
+                "hpa-memory-utilisation", namespace, f"HorizontalPodAutoscaler/{_name(hpa)}",
+                warning.message(), owner=f"{warning.target_kind}/{warning.target_name}",
+                details=warning.to_json(),
+            ))
+    return findings
+
+
+def _vpas(
+    vpas: list[dict[str, Any]], pods: list[_Pod], profiles: dict[str, Profile],
+) -> list[Finding]:
+    workloads = _by_workload(pods)
+    findings = []
+    for vpa in vpas:
+        namespace = _meta(vpa, "namespace")
+        if namespace not in profiles:
+            continue
+        spec = _dict(vpa.get("spec"))
+        ref = spec.get("targetRef")
+        if not isinstance(ref, dict):
+            continue
+        kind, name = str(ref.get("kind")), str(ref.get("name"))
+        if (namespace, kind, name) not in workloads:
+            continue
+        policy = spec.get("updatePolicy")
+        mode = policy.get("updateMode") if isinstance(policy, dict) else None
+        mode = mode if isinstance(mode, str) else "Auto"
+        acts = mode != "Off"
+        findings.append(Finding(
+            "vpa", namespace, f"VerticalPodAutoscaler/{_name(vpa)}",
+            f"targets {kind}/{name}, whose memory requests swapwise lowers (updateMode "
+            f"{mode}): " + (
+                "the VPA sets requests from its recommendation and evicts pods whose "
+                "requests drift from it, so the two can fight; see the VPA section of "
+                "docs/audit.md" if acts else
+                "recommendations only, nothing is applied; its memory recommendation is "
+                "for the request before reshaping"),
+            action=acts, owner=f"{kind}/{name}", details={"updateMode": mode},
+        ))
+    return findings
+
+
+def effective_max_ratio(profile: Profile) -> Fraction:
+    """The largest memory limit/request a container reshaped by ``profile`` can have."""
+    ratio = 1 / profile.request_ratio
+    cap = profile.max_limit_request_ratio
+    return min(ratio, cap) if cap is not None else ratio
+
+
+def _limitranges(
+    limitranges: list[dict[str, Any]], profiles: dict[str, Profile],
+) -> list[Finding]:
+    findings = []
+    for lr in limitranges:
+        namespace = _meta(lr, "namespace")
+        profile = profiles.get(namespace) if isinstance(namespace, str) else None
+        if profile is None:
+            continue
+        spec = _dict(lr.get("spec"))
+        for item in spec.get("limits") or []:
+            if not isinstance(item, dict) or item.get("type") not in ("Container", "Pod"):
+                continue
+            problems = _limit_problems(item, profile)
+            for problem, details in problems:
+                findings.append(Finding(
+                    "limitrange", namespace, f"LimitRange/{_name(lr)}",
+                    f"type {item['type']}: {problem}", details=details,
+                ))
+    return findings
+
+
+def _section(item: dict[str, Any], name: str) -> Fraction | None:
+    section = item.get(name)
+    return _quantity(section.get("memory")) if isinstance(section, dict) else None
+
+
+def _limit_problems(item: dict[str, Any], profile: Profile) -> list[tuple[str, dict[str, Any]]]:
+    problems: list[tuple[str, dict[str, Any]]] = []
+    reshaped = effective_max_ratio(profile)
+    cap = _section(item, "maxLimitRequestRatio")
+    if cap is not None and reshaped > cap:
+        # Limits from the smallest at which the engine's target is the ratio, not minRequest.
+        smallest = max(int(profile.min_request / profile.request_ratio), MI)
+        problems.append((
+            f"maxLimitRequestRatio memory {_ratio(cap)}, but profile {profile.name} makes "
+            f"limit/request up to {_ratio(reshaped)} (requestRatio "
+            f"{_ratio(profile.request_ratio)}): reshaped pods with a memory limit from about "
+            f"{_size(smallest)} up are refused; set maxLimitRequestRatio: {_ratio(cap)} in "
+            "the profile (or in a namespaces: override)",
+            {"maxLimitRequestRatio": float(cap), "profileRatio": float(reshaped)},
+        ))
+    minimum = _section(item, "min")
+    if item.get("type") == "Container" and minimum is not None \
+            and minimum > profile.min_request:
+        problems.append((
+            f"min memory {_size(minimum)}, above profile {profile.name}'s minRequest "
+            f"{_size(profile.min_request)}: containers whose reshaped request falls below it "
+            f"(limits under about {_size(minimum / profile.request_ratio)}) are refused; set "
+            f"minRequest: {_size(minimum)} in the profile",
+            {"min": int(minimum), "minRequest": profile.min_request},
+        ))
+    maximum = _section(item, "max")
+    if item.get("type") == "Container" and maximum is not None \
+            and profile.default_limit is not None and profile.default_limit > maximum:
+        problems.append((
+            f"max memory {_size(maximum)}, below profile {profile.name}'s defaultLimit "
+            f"{_size(profile.default_limit)}: containers given that limit are refused",
+            {"max": int(maximum), "defaultLimit": profile.default_limit},
+        ))
+    return problems
+
+
+def _quotas(
+    quotas: list[dict[str, Any]], pods: list[_Pod], profiles: dict[str, Profile],
+) -> list[Finding]:
+    findings = []
+    for quota in quotas:
+        namespace = _meta(quota, "namespace")
+        if namespace not in profiles:
+            continue
+        spec = _dict(quota.get("spec"))
+        status = _dict(quota.get("status"))
+        hard = _dict(spec.get("hard"))
+        used = _dict(status.get("used"))
+        # What re-creating the pods not yet in shape changes, per quota resource.
+        delta = {"requests.memory": Fraction(0), "limits.memory": Fraction(0)}
+        for pod in pods:
+            if pod.namespace != namespace or pod.after is None:
+                continue
+            try:
+                old, new = _memory_totals(pod.obj), _memory_totals(pod.after)
+            except MalformedPod:
+                continue
+            delta["requests.memory"] += new[0] - old[0]
+            delta["limits.memory"] += new[1] - old[1]
+        delta["memory"] = delta["requests.memory"]
+        for resource in ("requests.memory", "memory", "limits.memory"):
+            limit = _quantity(hard.get(resource))
+            if limit is None:
+                continue
+            current = _quantity(used.get(resource)) or Fraction(0)
+            projected = current + delta[resource]
+            if delta[resource] > 0 and projected > limit:
+                findings.append(Finding(
+                    "resourcequota", namespace, f"ResourceQuota/{_name(quota)}",
+                    f"{resource}: used {_size(current)} of {_size(limit)}; re-created "
+                    f"reshaped, this namespace's pods would need {_size(projected)} "
+                    "(defaultLimit adds limits), so the quota refuses them: raise hard "
+                    f"{resource} or lower the profile's defaultLimit",
+                    details={"resource": resource, "hard": int(limit), "used": int(current),
+                             "projected": int(projected)},
+                ))
+            elif resource == "limits.memory" and limit and current >= limit * Fraction(9, 10):
+                findings.append(Finding(
+                    "resourcequota", namespace, f"ResourceQuota/{_name(quota)}",
+                    f"limits.memory: used {_size(current)} of {_size(limit)}: swapwise lowers "
+                    "requests, not limits, so this quota refuses the extra pods reshaping "
+                    "makes room for; raise it if the density is wanted",
+                    action=False,
+                    details={"resource": resource, "hard": int(limit), "used": int(current)},
+                ))
+    return findings
+
+
+def _nodes(nodes: list[dict[str, Any]], swap_label: tuple[str, str]) -> list[Finding]:
+    findings = []
+    key, value = swap_label
+    for node in nodes:
+        name = _name(node)
+        labels = _labels(node)
+        labelled = labels.get(key) == value
+        capacity = node_swap_capacity(node)
+        if labelled and not capacity:
+            findings.append(Finding(
+                "node-labelled-without-swap", None, f"Node/{name}",
+                f"labelled {key}={value} but reports "
+                f"{'no swap capacity' if capacity is None else 'swap capacity 0'}: reshaped "
+                "pods are placed there and get no swap; remove the label (swapwise "
+                "label-nodes keeps it true) or enable swap",
+                details={"swapCapacity": capacity},
+            ))
+        elif capacity and not labelled:
+            declared = labels.get(BEHAVIOR_LABEL)
+            no_swap = declared == "NoSwap"
+            findings.append(Finding(
+                "node-swap-unlabelled", None, f"Node/{name}",
+                f"reports swap capacity {_size(capacity)} but has no label {key}={value}: "
+                + ("its kubelet is declared NoSwap, so pods get no swap there; "
+                   "nothing to do unless it should run LimitedSwap" if no_swap else
+                   "if its kubelet runs swapBehavior LimitedSwap, label it (swapwise "
+                   "label-nodes does); reshaped pods are not placed there"),
+                action=not no_swap, details={"swapCapacity": capacity,
+                                             "swapBehavior": declared},
+            ))
+    return findings

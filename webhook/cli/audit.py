@@ -1,0 +1,146 @@
+"""``swapwise audit``: what in a running cluster needs action, read-only.
+
+The I/O is here (lightkube lists, through the labeller's client setup); every decision is
+:func:`webhook.audit.audit`. Exit status 1 when a finding needs action, 2 on an error
+reaching the cluster. Read-only: the RBAC it needs is in docs/audit.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+from webhook.cli.common import CommandError, fail, policy_from
+from webhook.profile import SWAP_LABEL
+
+
+def register(subcommands: Any) -> None:
+    parser = subcommands.add_parser(
+        "audit",
+        help="report what in the cluster needs action: pods not reshaped, reshaped pods "
+             "without swap, HPAs/VPAs, LimitRanges/quotas, swap label vs nodes (read-only)",
+    )
+    parser.add_argument("--kubeconfig",
+                        help="kubeconfig file (default: in-cluster, else $KUBECONFIG or "
+                             "~/.kube/config)")
+    parser.add_argument("--policy",
+                        help="the policy the webhook serves (default: built-in policy); with "
+                             "the chart: kubectl get configmap <release>-swapwise-policy "
+                             "-o jsonpath='{.data.policy\\.yaml}'")
+    parser.add_argument("--label", default=f"{SWAP_LABEL}=true",
+                        help=f"the swap-node label, key=value (default {SWAP_LABEL}=true)")
+    parser.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    parser.set_defaults(func=run)
+
+
+async def fetch(kubeconfig: str | None) -> Any:
+    """List what the audit reads: Namespaces and Nodes, and in each opted-in namespace its
+    Pods, ReplicaSets, HPAs, VPAs (when the API is served), LimitRanges, ResourceQuotas."""
+    # Imported here: only the commands that talk to a cluster need the client.
+    from lightkube import ApiError
+    from lightkube.generic_resource import create_namespaced_resource
+    from lightkube.resources.apps_v1 import ReplicaSet
+    from lightkube.resources.autoscaling_v2 import HorizontalPodAutoscaler
+    from lightkube.resources.core_v1 import LimitRange, Namespace, Node, Pod, ResourceQuota
+
+    from webhook.audit import Cluster, opted_in
+    from webhook.labeller.kube import make_client
+
+    vpa_kind = create_namespaced_resource(
+        "autoscaling.k8s.io", "v1", "VerticalPodAutoscaler", "verticalpodautoscalers")
+    client = make_client(kubeconfig)
+    try:
+        async def listing(resource: Any, namespace: str | None = None) -> list[dict[str, Any]]:
+            items = []
+            found = (client.list(resource) if namespace is None
+                     else client.list(resource, namespace=namespace))
+            async for obj in found:
+                items.append(obj.to_dict() if hasattr(obj, "to_dict") else dict(obj))
+            return items
+
+        namespaces = await listing(Namespace)
+        nodes = await listing(Node)
+        cluster: dict[str, Any] = {"namespaces": namespaces, "nodes": nodes, "pods": [],
+                                   "replicasets": [], "hpas": [], "vpas": [],
+                                   "limitranges": [], "quotas": []}
+        for name in opted_in(namespaces):
+            cluster["pods"] += await listing(Pod, name)
+            cluster["replicasets"] += await listing(ReplicaSet, name)
+            cluster["hpas"] += await listing(HorizontalPodAutoscaler, name)
+            cluster["limitranges"] += await listing(LimitRange, name)
+            cluster["quotas"] += await listing(ResourceQuota, name)
+            if cluster["vpas"] is not None:
+                try:
+                    cluster["vpas"] += await listing(vpa_kind, name)
+                except Exception as exc:
+                    if not _not_found(exc, ApiError):  # 404: the API is not served: skip
+                        raise
+                    cluster["vpas"] = None
+        return Cluster(**cluster)
+    finally:
+        await client.close()
+
+
+def _not_found(exc: Exception, api_error: type[Exception]) -> bool:
+    """A 404: as a Kubernetes Status (ApiError), or the plain-text one the API server
+    gives for a group/version it does not serve (an HTTP status error of the transport)."""
+    if isinstance(exc, api_error):
+        return getattr(getattr(exc, "status", None), "code", None) == 404
+    response = getattr(exc, "response", None)
+    return getattr(response, "status_code", None) == 404
+
+
+def render_table(report: Any, policy_source: str) -> str:
+    lines = [f"policy: {policy_source}" + (
+        " (give the webhook's with --policy FILE)" if policy_source == "built-in" else "")]
+    if report.namespaces:
+        opted = ", ".join(f"{ns} ({profile})" for ns, profile in report.namespaces.items())
+        lines.append(f"opted-in namespaces: {opted}")
+    else:
+        lines.append("opted-in namespaces: none (no namespace has the label "
+                     "swapwise.io/profile)")
+    for reason in report.skipped:
+        lines.append(f"skipped: {reason}")
+    if not report.findings:
+        lines.append("nothing needs action")
+        return "\n".join(lines) + "\n"
+    rows = [["CHECK", "NAMESPACE", "OBJECT", "OWNER", "ACTION"]]
+    for f in report.findings:
+        rows.append([f.check, f.namespace or "-", f.object, f.owner or "-",
+                     "yes" if f.action else "no"])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines.append("")
+    for index, row in enumerate(rows):
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+        if index:
+            lines.append(f"    {report.findings[index - 1].message}")
+    needing = sum(f.action for f in report.findings)
+    lines += ["", f"{len(report.findings)} finding(s), {needing} needing action"]
+    return "\n".join(lines) + "\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    from webhook.audit import audit
+
+    key, sep, value = args.label.partition("=")
+    if not key or not sep:
+        return fail(f"--label {args.label!r}: expected key=value")
+    try:
+        policy = policy_from(args.policy)
+    except CommandError as exc:
+        return fail(str(exc))
+    try:
+        cluster = asyncio.run(fetch(args.kubeconfig))
+    except Exception as exc:  # no kubeconfig, unreachable server, forbidden: say which
+        fail(f"audit: cannot read the cluster: {type(exc).__name__}: {exc}")
+        return 2
+    report = audit(cluster, policy, (key, value))
+    if args.output == "json":
+        document = {"policy": policy.source, **report.to_json()}
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")
+    else:
+        sys.stdout.write(render_table(report, policy.source))
+    return 1 if report.needs_action else 0
