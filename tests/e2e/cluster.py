@@ -764,6 +764,16 @@ class ControlPlane:
 
         return self.wait_for(settled, timeout, what=f"scheduler to settle {namespace}")
 
+    def density(self, namespace: str, manifest: str, total: int) -> int:
+        """Apply `total` pods, count how many the nodes hold once scheduling settles, then
+        force-delete them all so the next namespace starts on empty nodes."""
+        self.apply(manifest)
+        bound = self.bound_when_settled(namespace, total)
+        self.kubectl(
+            "delete", "pods", "--all", "-n", namespace, "--grace-period=0", "--force", "--wait=true"
+        )
+        return bound
+
 
 # --------------------------------------------------------------------------- swapwise
 

@@ -147,11 +147,8 @@ def test_scheduler_places_what_plan_predicts_with_and_without_swapwise(
     counts = {}
     for name, profile in (("gvisor-off", None), ("gvisor-on", "sandbox")):
         namespace(control_plane, name, profile)
-        control_plane.apply(manifest(*(sandbox(f"browser-{i}", name) for i in range(total))))
-        counts[name] = control_plane.bound_when_settled(name, total)
-        control_plane.kubectl(
-            "delete", "pods", "--all", "-n", name, "--grace-period=0", "--force", "--wait=true"
-        )
+        pods = manifest(*(sandbox(f"browser-{i}", name) for i in range(total)))
+        counts[name] = control_plane.density(name, pods, total)
     without, with_swapwise = counts["gvisor-off"], counts["gvisor-on"]
     print(
         f"\n2Gi sandbox + 250Mi overhead on a 28Gi/8-CPU swap node: {without} pods without "

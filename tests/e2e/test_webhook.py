@@ -514,11 +514,7 @@ def test_density_headline(control_plane: ControlPlane, swapwise: Installation) -
             pod(f"sandbox-{i}", namespace, container(memory="2Gi", cpu="100m"), **sandbox)
             for i in range(total)
         ]
-        control_plane.apply(manifest(*pods))
-        counts[namespace] = control_plane.bound_when_settled(namespace, total)
-        control_plane.kubectl(
-            "delete", "pods", "--all", "-n", namespace, "--grace-period=0", "--force", "--wait=true"
-        )
+        counts[namespace] = control_plane.density(namespace, manifest(*pods), total)
     without, with_swapwise = counts["density-off"], counts["density-on"]
     print(
         f"\ndensity on a 28Gi/8-CPU swap node: {without} pods without swapwise, "
