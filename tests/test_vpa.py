@@ -84,7 +84,7 @@ def test_init_containers_and_sidecars_are_never_vpa_managed() -> None:
     sidecar = container("proxy", "64Mi", "64Mi", restartPolicy="Always")
     view = PodView.parse(pod(guaranteed("1Gi"), init=[container("init", "64Mi", "64Mi"), sidecar],
                              annotations={"vpaObservedContainers": "app, init, proxy"}))
-    assert vpa_memory_containers(view) == {"app"}
+    assert vpa_memory_containers(view) == frozenset({"app"})
 
 
 # --- vpaPods: skip (the default) -------------------------------------------------------------
