@@ -16,6 +16,7 @@ import pytest
 
 from tests.engine_check import apply
 from tests.pods import container, guaranteed, pod
+from tests.test_engine import profile
 from webhook.cli.plan import plan
 from webhook.cli.preview import preview
 from webhook.engine import mutate_pod
@@ -33,15 +34,6 @@ MANAGED = {"vpaObservedContainers": "app",
            "vpaUpdates": UPDATED + "container 0: cpu request, memory request, memory limit"}
 SKIP_WARNING = ("swapwise: pod left unchanged: a VerticalPodAutoscaler manages its memory "
                 "(vpaPods: skip)")
-
-
-def profile(**fields: Any) -> Profile:
-    policy = build_policy(
-        {"apiVersion": "swapwise.io/v1alpha1", "kind": "SwapPolicy", "profiles": {"p": fields}}
-    )
-    found = policy.resolve("p")
-    assert found is not None
-    return found
 
 
 SKIP, RAISE = profile(), profile(vpaPods="raiseLimit")
@@ -321,3 +313,10 @@ def test_plan_decides_as_admission_does() -> None:
     assert result.pod.warnings == (SKIP_WARNING,)
     assert result.pod.skipped == "managed by a VerticalPodAutoscaler (vpaPods: skip)"
     assert not any(c.changed for c in result.pod.containers)
+
+
+def test_raise_limit_on_limit_only_writes_the_request_the_api_server_would_default() -> None:
+    """Offline input (preview) may have a limit only; the request is then the old limit."""
+    result, _ = apply(pod(container("app", None, "128Mi", cpu=None),
+                                 annotations=MANAGED), RAISE)
+    assert memory(result) == ("128Mi", "384Mi")

@@ -47,36 +47,25 @@ has_version() {
 }
 
 up_to_date() {
-  local name=$1
-  [[ -x $bin/$name && -f $bin/.stamp-$name && $(<"$bin/.stamp-$name") == "$key" ]] || return 1
-  has_version "$bin/$name"
+  [[ -x $bin/$1 && -f $bin/.stamp-$1 && $(<"$bin/.stamp-$1") == "$key" ]] && has_version "$bin/$1"
 }
 
-exec 9>"$bin/.lock"
-flock 9
-
-built=0
-for name in "${wanted[@]}"; do
-  if up_to_date "$name"; then
-    echo "==> $name: up to date ($version)"
-    continue
-  fi
-  echo "==> $name: building $module/pkg/$name $modver (-p $jobs)"
-  start=$SECONDS
+build() {
+  echo "==> $1: building $module/pkg/$1 $modver (-p $jobs)"
   (cd "$gomod" && go build -p "$jobs" -trimpath -ldflags "$ldflags" \
-     -o "$bin/.$name.tmp" "$module/pkg/$name")
-  mv -f "$bin/.$name.tmp" "$bin/$name"
-  if ! has_version "$bin/$name"; then
-    echo "$name built but its build information does not name $module $modver:" >&2
-    go version -m "$bin/$name" >&2; exit 1
-  fi
-  echo "$key" >"$bin/.stamp-$name"
-  secs=$((SECONDS - start))
-  printf '%s\t%s\t%ss\t%s\n' "$(date -u +%FT%TZ)" "$name" "$secs" "$(go version | cut -d' ' -f3)" \
-    >>"$bin/build-times.tsv"
-  echo "==> $name: built in ${secs}s ($version)"
-  built=$((built + 1))
-done
+     -o "$bin/.$1.tmp" "$module/pkg/$1")
+}
+
+verify() {
+  has_version "$bin/$1" && return
+  echo "$1 built but its build information does not name $module $modver:" >&2
+  go version -m "$bin/$1" >&2
+  return 1
+}
+
+# shellcheck source=stamped-build.sh
+source "$here/stamped-build.sh"
+build_stamped "${wanted[@]}"
 
 # The VerticalPodAutoscaler CRDs, from the same module version (its deploy/ directory).
 crd=$bin/vpa-v1-crd-gen.yaml

@@ -32,16 +32,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.cluster import (
-    PROFILE_LABEL,
-    SWAP_LABEL,
-    ControlPlane,
-    Swapwise,
-    ensure_binaries,
-    register_webhook,
-    wait_for,
-    wait_for_mutation,
-)
+from tests.e2e import cluster as k8s
+from tests.e2e.cluster import ControlPlane, wait_for
 from tests.e2e.vpa import UPDATER_INTERVAL, Vpa, set_recommendation, vpa_object
 from tests.e2e.vpa import ensure_binaries as ensure_vpa_binaries
 from tests.progress import uncaptured
@@ -103,21 +95,21 @@ def cluster(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactor
     if os.environ.get("SWAPWISE_SKIP_E2E") == "1":
         pytest.skip("SWAPWISE_SKIP_E2E=1: end-to-end tests against a local control plane skipped")
     with uncaptured(pytestconfig):
-        binaries = ensure_binaries()
+        binaries = k8s.ensure_binaries()
         ensure_vpa_binaries()  # a failed build fails here, with its output: never a skip
     work = tmp_path_factory.mktemp("vpa")
     policy = work / "policy.yaml"
     policy.write_text(POLICY)
-    with ControlPlane(binaries) as cp, Swapwise(work / "swapwise", policy=policy) as sw:
-        register_webhook(cp, sw.url_base, sw.ca_bundle, ["default", "raise"], name="swapwise")
-        register_webhook(cp, sw.url_base, sw.ca_bundle, ["late", "late-raise"],
+    with ControlPlane(binaries) as cp, k8s.Swapwise(work / "swapwise", policy=policy) as sw:
+        k8s.register_webhook(cp, sw.url_base, sw.ca_bundle, ["default", "raise"], name="swapwise")
+        k8s.register_webhook(cp, sw.url_base, sw.ca_bundle, ["late", "late-raise"],
                          name="zz-swapwise")
-        cp.create_node("swap-1", memory="16Gi", cpu="8", labels={SWAP_LABEL: "true"},
+        cp.create_node("swap-1", memory="16Gi", cpu="8", labels={k8s.SWAP_LABEL: "true"},
                        swap_capacity=32 * GI)
         cp.create_node("plain-1", memory="16Gi", cpu="8")
         for namespace, profile in PROFILES.items():
-            cp.create_namespace(namespace, {PROFILE_LABEL: profile})
-            wait_for_mutation(cp, namespace)
+            cp.create_namespace(namespace, {k8s.PROFILE_LABEL: profile})
+            k8s.wait_for_mutation(cp, namespace)
         with Vpa(cp, Path(sw.cert_dir), work / "vpa") as vpa:
             yield Cluster(cp, vpa)
 
@@ -148,7 +140,7 @@ def placed_on_swap(pod: dict[str, Any]) -> bool:
     terms = (pod["spec"].get("affinity", {}).get("nodeAffinity", {})
              .get("requiredDuringSchedulingIgnoredDuringExecution", {})
              .get("nodeSelectorTerms", []))
-    return any(e["key"] == SWAP_LABEL for t in terms for e in t.get("matchExpressions", []))
+    return any(e["key"] == k8s.SWAP_LABEL for t in terms for e in t.get("matchExpressions", []))
 
 
 def pod_annotations(pod: dict[str, Any]) -> dict[str, str]:

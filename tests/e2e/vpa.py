@@ -19,7 +19,6 @@ import re
 import subprocess
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from tests.e2e.cluster import E2E_DIR, ClusterError, Component, ControlPlane, free_port, wait_for
@@ -103,12 +102,7 @@ class Vpa:
         wait_for(registered, 60, what=f"{WEBHOOK_CONFIG} registered", on_timeout=self.logs)
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         for component in (self.updater, self.admission):
             component.stop(grace=5)
 

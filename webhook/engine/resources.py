@@ -144,7 +144,10 @@ def resource_ops(change: ContainerChange) -> list[PatchOp]:
     """Patch operations for one container, creating missing objects on the way."""
     path = f"{change.container.path}/resources"
     resources: dict[str, Any] = as_dict(change.container.raw.get("resources"), path)
-    wanted = {} if change.limit_raised else {"requests": format_bytes(change.request)}
+    # raiseLimit keeps the request: written only when it was the limit's default (limit only,
+    # as offline input can be; the API server has always filled it in before webhooks run).
+    explicit = change.container.requests.get("memory") is not None
+    wanted = {} if change.limit_raised and explicit else {"requests": format_bytes(change.request)}
     if change.limit_added or change.limit_raised:
         wanted["limits"] = format_bytes(change.limit)
     if not resources:
