@@ -13,9 +13,10 @@ show both webhook orders at once - webhooks run in the order of their configurat
 | late-raise  | late-raise (raiseLimit) | zz-swapwise   | VPA, swapwise                      |
 
 Each namespace has a Deployment of one Guaranteed pod (2Gi memory, 500m CPU) under a VPA in
-`Recreate` mode recommending 1Gi (range 768Mi..1536Mi). Over several updater passes nothing is
-evicted; then one recommendation moves out of the pod's range and the updater evicts exactly
-once, so "nothing evicted" is the updater's decision, not an idle updater. The updater only
+`Recreate` mode recommending 1Gi (range 768Mi..1536Mi). The stored pods are checked, and the
+warnings a server-side dry-run of the same pod returns (the reinvocation shows in them). Over
+several updater passes nothing is evicted; then one recommendation moves out of the pod's
+range and the updater evicts exactly once, so "nothing evicted" is the updater's decision, not an idle updater. The updater only
 looks at scheduled pods, so there are fake Nodes (one swap node, one plain); with no kubelet the
 pods stay Pending (which the updater may always evict), and an evicted pod stays Terminating.
 docs/vpa.md quotes the figures this prints.
@@ -58,6 +59,16 @@ PASSES = 6  # updater passes watched for evictions
 RECOMMENDED = {"target": {"cpu": "500m", "memory": "1Gi"},
                "lower": {"cpu": "250m", "memory": "768Mi"},
                "upper": {"cpu": "1", "memory": "1536Mi"}}
+RESHAPED = "swapwise: app memory request 2Gi -> 683Mi (limit 2Gi)"
+WARNINGS = {
+    "early-skip": [RESHAPED, "swapwise: VerticalPodAutoscaler ran after swapwise reshaped this "
+                   "pod; its memory requests are the VPA's (docs/vpa.md)"],
+    "early-raise": [RESHAPED],
+    "late-skip": ["swapwise: pod left unchanged: a VerticalPodAutoscaler manages its memory "
+                  "(vpaPods: skip)"],
+    "late-raise": ["swapwise: app memory limit 1Gi -> 3Gi (request 1Gi kept: a "
+                   "VerticalPodAutoscaler sets it)"],
+}
 # The VPA keeps the limit/request ratio of the pod it sees: after swapwise's 2Gi -> 683Mi.
 EARLY_LIMIT = 2 * GI * GI // (683 * MI)
 
@@ -215,6 +226,22 @@ def test_vpa_managed_deployments_stored_pods_and_no_eviction_loop(cluster: Clust
     assert json.loads(pod_annotations(pod)["swapwise.io/original"]) == {
         "app": {"request": "1Gi", "limit": "1Gi"}}
     assert pod["status"]["qosClass"] == "Burstable" and placed_on_swap(pod)
+
+    # What a client sees: the same pod, server-side dry-run, owned by the same ReplicaSet (the
+    # VPA matches pods through their owner), with the warnings both webhooks return.
+    for namespace, expected in WARNINGS.items():
+        stored = pods[namespace]
+        dry = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "generateName": "web-dry-", "labels": {"app": "web"},
+            "ownerReferences": stored["metadata"]["ownerReferences"]},
+            "spec": deployment(namespace)["spec"]["template"]["spec"]}
+        out = cp.kubectl("create", "--dry-run=server", "-o", "json", "-n", namespace, "-f", "-",
+                         input=json.dumps(dry))
+        warnings = [line.removeprefix("Warning: ") for line in out.stderr.splitlines()
+                    if line.startswith("Warning: ")]
+        print(f"{namespace} dry-run warnings: {warnings}")
+        assert warnings == expected, namespace
+        assert memory(json.loads(out.stdout)) == memory(stored), namespace
 
     # Several updater passes: every request is the VPA's target, inside its range: no eviction.
     wait_passes(cluster, PASSES)
