@@ -17,8 +17,9 @@ Each namespace has a Deployment of one Guaranteed pod (2Gi memory, 500m CPU) und
 warnings a server-side dry-run of the same pod returns (the reinvocation shows in them). Over
 several updater passes nothing is evicted; then one recommendation moves out of the pod's
 range and the updater evicts exactly once, so "nothing evicted" is the updater's decision, not
-an idle updater. The updater only looks at scheduled pods, so there are fake Nodes (one swap node, one plain); with no kubelet the
-pods stay Pending (which the updater may always evict), and an evicted pod stays Terminating.
+an idle updater. The updater only looks at scheduled pods, so there are fake Nodes (one swap
+node, one plain); with no kubelet the pods stay Pending (which the updater may always evict),
+and an evicted pod stays Terminating.
 docs/vpa.md quotes the figures this prints.
 """
 
