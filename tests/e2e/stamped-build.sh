@@ -1,10 +1,11 @@
-# Sourced by build-prometheus.sh and build-vpa.sh: build Go programs into a cache directory once,
-# each under a stamp, one build at a time (flock), with a row in build-times.tsv per build.
+# Sourced by build-prometheus.sh and build-vpa.sh (after tests/go-env.sh): build Go programs
+# into a cache directory once, each under a stamp, one build at a time (flock), with a row in
+# build-times.tsv per build.
 #
 # The sourcing script sets `bin` (output dir), `key` (the stamp: a hash of its helper module,
 # flags and Go version) and `version` (for messages), and defines:
 #   up_to_date NAME   true when $bin/NAME is stamped with $key and is the expected version
-#   build NAME        say what it builds, and `go build ... -o "$bin/.NAME.tmp" PACKAGE`
+#   build NAME        say what it builds, and compile it to "$bin/.NAME.tmp"
 #   verify NAME       after the build: true when $bin/NAME is right, else say why on stderr
 # Then `build_stamped NAME...` builds the names not up to date and sets `built` to their count.
 
