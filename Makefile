@@ -4,7 +4,7 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: run test lint unit e2e control-plane prometheus image node node-e2e demo bench clean
+.PHONY: run test lint unit e2e control-plane prometheus vpa image node node-e2e demo bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +21,7 @@ run: venv
 
 ## The whole suite: lint, type check, unit/integration tests, e2e against a real control plane,
 ## then the real-node scenarios (a kubelet with swap in a QEMU guest).
-test: venv lint control-plane prometheus
+test: venv lint control-plane prometheus vpa
 	$(BIN)/pytest --ignore=tests/node
 	$(MAKE) node-e2e
 
@@ -32,7 +32,7 @@ lint: venv
 unit: venv
 	SWAPWISE_SKIP_E2E=1 $(BIN)/pytest -m "not e2e and not node"
 
-e2e: venv control-plane prometheus
+e2e: venv control-plane prometheus vpa
 	$(BIN)/pytest -m e2e tests/e2e
 
 control-plane:
@@ -42,6 +42,11 @@ control-plane:
 ## Prometheus scraping swapwise), cached under ~/.cache/swapwise/prometheus like the above.
 prometheus:
 	tests/e2e/build-prometheus.sh
+
+## The Vertical Pod Autoscaler's admission controller and updater from Go modules (VPA 1.5.1,
+## the release for Kubernetes 1.34; tests/e2e/test_vpa.py), cached under ~/.cache/swapwise/vpa.
+vpa:
+	tests/e2e/build-vpa.sh
 
 ## The container image from the Dockerfile, without a Docker daemon (buildah), as an OCI
 ## archive: build/swapwise-image.tar. LOCAL_BASE=1 builds FROM a Debian-made equivalent of

@@ -109,6 +109,15 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
         metadata["annotations"] = draw(st.dictionaries(
             st.sampled_from(["a/b~c", "swapwise.io/profile", "note"]),
             st.sampled_from(["x", "sandbox"]), max_size=2))
+    if draw(st.integers(0, 3)) == 0:  # admitted by a VPA's webhook (docs/vpa.md)
+        sets = st.sampled_from(["", "memory request, memory limit", "cpu request",
+                                "cpu request, memory request"])
+        updates = "; ".join(f"container {i}: {draw(sets)}" for i in range(n))
+        metadata["annotations"] = {
+            **metadata.get("annotations", {}),
+            "vpaObservedContainers": ", ".join(f"c{i}" for i in range(n)),
+            "vpaUpdates": f"Pod resources updated by v: {updates}",
+        }
     if draw(st.integers(0, 5)) == 0:
         metadata["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "DaemonSet",
                                         "name": "ds", "uid": "u"}]
@@ -128,6 +137,7 @@ def profiles(draw: st.DrawFn) -> Profile:
     if draw(st.booleans()):
         fields["defaultLimit"] = draw(st.sampled_from(["1Gi", "2Gi", "512Mi"]))
     fields["guaranteedPods"] = draw(st.sampled_from(["convert", "skip"]))
+    fields["vpaPods"] = draw(st.sampled_from(["skip", "raiseLimit"]))
     fields["resizePolicy"] = draw(st.sampled_from(["RestartContainer", "keep"]))
     fields["placement"] = {
         "mode": draw(st.sampled_from(["required", "preferred", "none"])),

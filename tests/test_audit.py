@@ -14,7 +14,7 @@ import jsonpatch
 from tests.test_cli import swapwise
 from webhook.audit import Cluster, Finding, audit, original_pod
 from webhook.engine import mutate_pod
-from webhook.policy import default_policy, parse_policy
+from webhook.policy import build_policy, default_policy, parse_policy
 
 GI, MI = 1024**3, 1024**2
 SWAP = "feature.node.kubernetes.io/memory-swap"
@@ -128,6 +128,12 @@ def test_vpa_off_is_information_and_a_missing_api_is_said() -> None:
     vpa["spec"]["updatePolicy"] = {}  # default mode: Auto, which evicts
     report = audit(Cluster(namespaces=[ns("team")], pods=[p], vpas=[vpa]), default_policy())
     assert checks(report.findings) == [("vpa", "VerticalPodAutoscaler/v", True)]
+    assert "vpaPods: skip" in report.findings[0].message
+    raise_policy = build_policy({"apiVersion": "swapwise.io/v1alpha1", "kind": "SwapPolicy",
+                                 "profiles": {"default": {"vpaPods": "raiseLimit"}}})
+    report = audit(Cluster(namespaces=[ns("team")], pods=[p], vpas=[vpa]), raise_policy)
+    assert checks(report.findings) == [("vpa", "VerticalPodAutoscaler/v", False)]
+    assert "in either webhook order" in report.findings[0].message
     report = audit(Cluster(namespaces=[ns("team")], pods=[p]), default_policy())
     assert report.skipped == ["vpa: the autoscaling.k8s.io API is not served by this cluster"]
 

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from tests.engine_check import apply
 from tests.strategies import pods, profiles
 from webhook.engine.pod import PodView
+from webhook.engine.resources import raised_limit
 from webhook.profile import Profile
 from webhook.quantity import MI, parse_bytes
 
@@ -24,6 +25,11 @@ def test_invariants(pod: dict[str, Any], profile: Profile) -> None:
         request, limit = container.memory_request, container.memory_limit
         assert request is not None and limit is not None
         assert request < limit, "a changed container must end up swap-eligible"
+        if change.limit_raised:  # vpaPods: raiseLimit - the VPA's request is kept
+            assert request == before[container.path].memory_request
+            assert limit == raised_limit(change.request, profile) and limit % MI == 0
+            assert limit * profile.request_ratio <= request
+            continue
         assert request >= profile.min_request
         assert request == profile.min_request or request % MI == 0
         # CPU is never touched.

@@ -12,7 +12,8 @@ Checks (``Finding.check``):
   namespace opted in, while the webhook was down, ...), with its owner;
 - ``reshaped-pod-without-swap``: a reshaped pod bound to a node that gives no swap;
 - ``hpa-memory-utilisation``: an HPA scaling a reshaped workload on memory utilisation;
-- ``vpa``: a VerticalPodAutoscaler targeting a reshaped workload;
+- ``vpa``: a VerticalPodAutoscaler targeting a reshaped workload (an action when the
+  profile says ``vpaPods: skip``: the webhook order defeated it);
 - ``limitrange``: a LimitRange that refuses reshaped pods;
 - ``resourcequota``: a ResourceQuota that refuses them, or caps what reshaping gains;
 - ``node-swap-unlabelled`` / ``node-labelled-without-swap``: the swap label and the
@@ -432,16 +433,28 @@ def _vpas(
         policy = spec.get("updatePolicy")
         mode = policy.get("updateMode") if isinstance(policy, dict) else None
         mode = mode if isinstance(mode, str) else "Auto"
-        acts = mode != "Off"
+        vpa_pods = profiles[namespace].vpa_pods
+        if mode == "Off":
+            message, acts = (
+                "recommendations only, nothing is applied; its memory recommendation is for "
+                "the request before reshaping"), False
+        elif vpa_pods == "skip":
+            # The profile wants such pods left alone, yet they are reshaped: swapwise's
+            # webhook saw them before the VPA's did (webhook order, or pods older than the VPA).
+            message, acts = (
+                "the profile says vpaPods: skip, but its pods were reshaped before the VPA's "
+                "webhook saw them, so the VPA sets their requests and scales their limits in "
+                "proportion; order swapwise's webhook after vpa-webhook-config, or set "
+                "vpaPods: raiseLimit (docs/vpa.md)"), True
+        else:
+            message, acts = (
+                "the VPA sets the memory requests and swapwise keeps the limits at about "
+                "request / requestRatio (vpaPods: raiseLimit), in either webhook order; no "
+                "eviction loop (docs/vpa.md)"), False
         findings.append(Finding(
             "vpa", namespace, f"VerticalPodAutoscaler/{_name(vpa)}",
             f"targets {kind}/{name}, whose memory requests swapwise lowers (updateMode "
-            f"{mode}): " + (
-                "the VPA sets requests from its recommendation and evicts pods whose "
-                "requests drift from it, so the two can fight; see the VPA section of "
-                "docs/audit.md" if acts else
-                "recommendations only, nothing is applied; its memory recommendation is "
-                "for the request before reshaping"),
+            f"{mode}): {message}",
             action=acts, owner=f"{kind}/{name}", details={"updateMode": mode},
         ))
     return findings

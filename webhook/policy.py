@@ -127,6 +127,7 @@ class ProfileSpec(_Strict):
     maxLimitRequestRatio: Annotated[Number, Field(gt=1)] | None = None
     defaultLimit: MemoryQuantity | None = None
     guaranteedPods: Literal["convert", "skip"] = "convert"
+    vpaPods: Literal["skip", "raiseLimit"] = "skip"
     resizePolicy: Literal["RestartContainer", "keep"] = "RestartContainer"
     podSelector: PodSelectorSpec | None = None
     placement: PlacementSpec = Field(default_factory=PlacementSpec)
@@ -196,6 +197,7 @@ def compile_profile(name: str, spec: ProfileSpec) -> Profile:
         ),
         default_limit=parse_bytes(spec.defaultLimit) if spec.defaultLimit is not None else None,
         guaranteed_pods=spec.guaranteedPods,
+        vpa_pods=spec.vpaPods,
         resize_policy=spec.resizePolicy,
         pod_selector=selector,
         placement=Placement(

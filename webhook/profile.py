@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 PlacementMode = Literal["required", "preferred", "none"]
 GuaranteedPods = Literal["convert", "skip"]
+VpaPods = Literal["skip", "raiseLimit"]
 ResizePolicy = Literal["RestartContainer", "keep"]
 
 SWAP_LABEL = "feature.node.kubernetes.io/memory-swap"
@@ -64,6 +65,7 @@ class Profile:
     max_limit_request_ratio: Fraction | None = None
     default_limit: int | None = None
     guaranteed_pods: GuaranteedPods = "convert"
+    vpa_pods: VpaPods = "skip"
     resize_policy: ResizePolicy = "RestartContainer"
     pod_selector: LabelSelector | None = None
     placement: Placement = field(default_factory=Placement)

@@ -18,6 +18,7 @@ FULL_PROFILE = {
     "maxLimitRequestRatio": 8,
     "defaultLimit": "2Gi",
     "guaranteedPods": "convert",
+    "vpaPods": "raiseLimit",
     "resizePolicy": "RestartContainer",
     "podSelector": {
         "matchLabels": {"app.kubernetes.io/component": "sandbox"},

@@ -37,6 +37,7 @@ def test_schema_is_draft_07() -> None:
         "maxLimitRequestRatio",
         "defaultLimit",
         "guaranteedPods",
+        "vpaPods",
         "resizePolicy",
         "podSelector",
         "placement",
@@ -111,6 +112,10 @@ REJECTED: dict[str, tuple[dict[str, Any], list[str]]] = {
     "guaranteedPods": (
         _profile(guaranteedPods="always"),
         [f"{PROFILE_PATH}/guaranteedPods", "'convert', 'skip'"],
+    ),
+    "vpaPods": (
+        _profile(vpaPods="raise"),
+        [f"{PROFILE_PATH}/vpaPods", "'skip', 'raiseLimit'"],
     ),
     "resizePolicy": (
         _profile(resizePolicy="NotRequired"),

@@ -46,35 +46,27 @@ key=$({ cat "$gomod/go.mod" "$gomod/go.sum"; echo "$tags $ldflags"; go version; 
   | sha256sum | cut -d' ' -f1)
 
 up_to_date() {
-  local name=$1 out
-  [[ -x $bin/$name && -f $bin/.stamp-$name && $(<"$bin/.stamp-$name") == "$key" ]] || return 1
-  out=$("$bin/$name" --version 2>&1) || return 1
+  local out
+  [[ -x $bin/$1 && -f $bin/.stamp-$1 && $(<"$bin/.stamp-$1") == "$key" ]] || return 1
+  out=$("$bin/$1" --version 2>&1) || return 1
   [[ $out == *"version $version"* ]]
 }
 
-exec 9>"$bin/.lock"
-flock 9
-
-built=0
-for name in "${wanted[@]}"; do
-  if up_to_date "$name"; then
-    echo "==> $name: up to date ($version)"
-    continue
-  fi
-  echo "==> $name: building github.com/prometheus/prometheus/cmd/$name $modver (-p $jobs, -tags $tags)"
-  start=$SECONDS
+build() {
+  echo "==> $1: building github.com/prometheus/prometheus/cmd/$1 $modver (-p $jobs, -tags $tags)"
   (cd "$gomod" && go build -p "$jobs" -trimpath -tags "$tags" -ldflags "$ldflags" \
-     -o "$bin/.$name.tmp" "github.com/prometheus/prometheus/cmd/$name")
-  mv -f "$bin/.$name.tmp" "$bin/$name"
-  out=$("$bin/$name" --version 2>&1) || true
-  if [[ $out != *"version $version"* ]]; then
-    echo "$name built but '$name --version' printed:" >&2; echo "$out" >&2; exit 1
-  fi
-  echo "$key" >"$bin/.stamp-$name"
-  secs=$((SECONDS - start))
-  printf '%s\t%s\t%ss\t%s\n' "$(date -u +%FT%TZ)" "$name" "$secs" "$(go version | cut -d' ' -f3)" \
-    >>"$bin/build-times.tsv"
-  echo "==> $name: built in ${secs}s ($version)"
-  built=$((built + 1))
-done
+     -o "$bin/.$1.tmp" "github.com/prometheus/prometheus/cmd/$1")
+}
+
+verify() {
+  local out
+  out=$("$bin/$1" --version 2>&1) || true
+  [[ $out == *"version $version"* ]] && return
+  echo "$1 built but '$1 --version' printed:" >&2; echo "$out" >&2
+  return 1
+}
+
+# shellcheck source=stamped-build.sh
+source "$here/stamped-build.sh"
+build_stamped "${wanted[@]}"
 echo "==> prometheus binaries in $bin ($built built)"

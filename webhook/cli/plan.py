@@ -35,6 +35,7 @@ from webhook.planner import DEFAULT_MAX_PODS, ContainerPlan, Density, Node, Plan
 from webhook.planner import plan_pod as plan_one_pod
 from webhook.policy import Policy
 from webhook.quantity import MI, QuantityError, format_bytes, parse_bytes, parse_quantity
+from webhook.vpa import as_admitted, managing_vpa
 from webhook.workloads import Workload, find_workload, iter_objects
 
 REPLICATED = ("Deployment", "StatefulSet", "ReplicaSet")
@@ -138,6 +139,9 @@ def plan(
         profile = choose_profile(policy, profile_name, namespace or workload.namespace)
         pod = workload.pod()
         assert pod is not None  # find_workload only returns workloads with a pod
+        vpa = managing_vpa(objects, workload.kind, workload.name, workload.namespace)
+        if vpa is not None:  # decided as admission does once the VPA's webhook has run
+            pod = as_admitted(pod, vpa)
         try:
             result = plan_one_pod(pod, profile, node, daemonset=workload.daemonset or None,
                                   runtime_classes=runtime_classes)

@@ -20,6 +20,7 @@ from webhook.engine import mutate_pod
 from webhook.hpa import manifest_warnings
 from webhook.policy import Policy
 from webhook.profile import Profile
+from webhook.vpa import as_admitted, managing_vpa, without_admission_marks
 from webhook.workloads import find_workload, iter_objects
 
 
@@ -82,12 +83,16 @@ def preview(
         profile = choose_profile(policy, profile_name, namespace or workload.namespace)
         pod = workload.pod()
         assert pod is not None
-        mutation = mutate_pod(pod, profile, daemonset=workload.daemonset or None)
+        vpa = managing_vpa(objects, workload.kind, workload.name, workload.namespace)
+        seen = as_admitted(pod, vpa) if vpa is not None else pod
+        mutation = mutate_pod(seen, profile, daemonset=workload.daemonset or None)
         for message in mutation.warnings:
             print(f"Warning: {workload.ref}: {message}", file=warnings_out)
         after = obj
         if mutation.patch:
-            new_pod = jsonpatch.apply_patch(pod, mutation.patch)
+            new_pod = jsonpatch.apply_patch(seen, mutation.patch)
+            if vpa is not None:
+                new_pod = without_admission_marks(new_pod, pod)
             after = workload.with_pod(new_pod)
             for hpa in manifest_warnings(objects, workload.kind, workload.name,
                                          workload.namespace, pod, new_pod):

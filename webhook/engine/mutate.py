@@ -14,6 +14,7 @@ from typing import Any
 from webhook.engine.annotations import annotation_ops
 from webhook.engine.placement import placement_ops
 from webhook.engine.pod import (
+    PROFILE_ANNOTATION,
     SKIP_KEY,
     MalformedPod,
     PodTooLarge,
@@ -24,6 +25,7 @@ from webhook.engine.pod import (
 from webhook.engine.pointer import PatchOp
 from webhook.engine.resize import resize_ops
 from webhook.engine.resources import ContainerChange, plan_resources, resource_ops
+from webhook.engine.vpa import vpa_memory_containers
 from webhook.engine.warnings import warning
 from webhook.profile import Profile
 
@@ -93,6 +95,19 @@ def uses_swap(view: PodView, changes: list[ContainerChange]) -> bool:
     return False
 
 
+VPA_SKIPPED = "managed by a VerticalPodAutoscaler (vpaPods: skip)"
+
+
+def _vpa_skip_warning(view: PodView) -> str:
+    if view.annotations.get(PROFILE_ANNOTATION) is not None:
+        # Reinvoked after the VPA's webhook: our first pass came before it (webhook order),
+        # and the VPA has since set the requests, scaling the limits in proportion.
+        return warning("VerticalPodAutoscaler ran after swapwise reshaped this pod; its "
+                       "memory requests are the VPA's (docs/vpa.md)")
+    return warning("pod left unchanged: a VerticalPodAutoscaler manages its memory "
+                   "(vpaPods: skip)")
+
+
 def mutate_pod(
     pod: Any, profile: Profile, *, daemonset: bool | None = None
 ) -> Mutation:
@@ -105,7 +120,10 @@ def mutate_pod(
         reason = skip_reason(view, profile)
         if reason is not None:
             return Mutation(skipped=reason)
-        changes, warnings = plan_resources(view, profile)
+        vpa_managed = vpa_memory_containers(view) or frozenset()
+        if vpa_managed and profile.vpa_pods == "skip":
+            return Mutation(warnings=[_vpa_skip_warning(view)], skipped=VPA_SKIPPED)
+        changes, warnings = plan_resources(view, profile, vpa_managed)
         patch = [op for change in changes for op in resource_ops(change)]
         ops, resize_warnings = resize_ops(view, changes, profile)
         patch += ops

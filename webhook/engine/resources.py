@@ -23,6 +23,8 @@ class ContainerChange:
     limit: int  # memory limit after the change, bytes
     limit_added: bool  # the limit came from defaultLimit
     original: dict[str, str]  # the memory request/limit as written, for the annotation
+    # vpaPods: raiseLimit - the request (its VPA's) is kept and the limit raised instead
+    limit_raised: bool = False
 
 
 def target(limit: int, profile: Profile) -> int:
@@ -35,6 +37,20 @@ def target(limit: int, profile: Profile) -> int:
     if cap is not None:  # ceilMi(limit / (n/d)) = ceilMi(limit * d/n)
         request = max(request, -(-(limit * cap.denominator) // (cap.numerator * MI)) * MI)
     return request
+
+
+def raised_limit(request: int, profile: Profile) -> int:
+    """The largest whole-MiB limit whose cold memory a container with ``request`` can swap.
+
+    ``target`` the other way round: ``floorMi(request / requestRatio)``, and at most
+    ``floorMi(request * maxLimitRequestRatio)``.
+    """
+    ratio = profile.request_ratio
+    limit = request * ratio.denominator // (ratio.numerator * MI) * MI
+    cap = profile.max_limit_request_ratio
+    if cap is not None:
+        limit = min(limit, request * cap.numerator // (cap.denominator * MI) * MI)
+    return limit
 
 
 def _written(container: ContainerView) -> dict[str, str]:
@@ -51,10 +67,29 @@ def _written(container: ContainerView) -> dict[str, str]:
     return original
 
 
-def plan_container(container: ContainerView, profile: Profile) -> ContainerChange | str | None:
-    """The change for one container, a warning when it cannot be changed, or None."""
+def plan_container(
+    container: ContainerView, profile: Profile, vpa_managed: bool = False
+) -> ContainerChange | str | None:
+    """The change for one container, a warning when it cannot be changed, or None.
+
+    ``vpa_managed``: a VerticalPodAutoscaler sets this container's memory request (the
+    profile says ``vpaPods: raiseLimit``): the request is kept, and when it equals the
+    limit the limit is raised to :func:`raised_limit` instead.
+    """
     limit = container.memory_limit
     request = container.memory_request
+    if vpa_managed:
+        if limit is None or request != limit:
+            return None  # the VPA's request stands; request < limit is swap-eligible already
+        request_bytes = -(-limit.numerator // limit.denominator)
+        new_limit = raised_limit(request_bytes, profile)
+        if new_limit <= request_bytes:
+            return warning(
+                f"{container.name} memory left unchanged: limit {format_bytes(new_limit)} "
+                f"would not be above request {format_bytes(request_bytes)}"
+            )
+        return ContainerChange(container, request_bytes, new_limit, False, _written(container),
+                               limit_raised=True)
     if limit is not None:
         if request != limit:
             return None  # request < limit, or request only: already swap-eligible
@@ -74,11 +109,15 @@ def plan_container(container: ContainerView, profile: Profile) -> ContainerChang
     return ContainerChange(container, new_request, limit_bytes, limit_added, _written(container))
 
 
-def plan_resources(view: PodView, profile: Profile) -> tuple[list[ContainerChange], list[str]]:
+def plan_resources(
+    view: PodView, profile: Profile, vpa_managed: frozenset[str] = frozenset()
+) -> tuple[list[ContainerChange], list[str]]:
+    """``vpa_managed``: names of the (regular) containers whose memory a VPA sets."""
     changes: list[ContainerChange] = []
     warnings: list[str] = []
     for container in view.containers:
-        result = plan_container(container, profile)
+        managed = container.kind == "container" and container.name in vpa_managed
+        result = plan_container(container, profile, managed)
         if isinstance(result, ContainerChange):
             changes.append(result)
             warnings.append(describe(result))
@@ -94,6 +133,10 @@ def describe(change: ContainerChange) -> str:
         limit = format_bytes(change.limit)
         return warning(f"{name} memory limit {limit} (defaultLimit), request {request}")
     limit, before = change.original["limit"], change.original["request"]
+    if change.limit_raised:
+        raised = format_bytes(change.limit)
+        return warning(f"{name} memory limit {limit} -> {raised} (request {before} kept: "
+                       f"a VerticalPodAutoscaler sets it)")
     return warning(f"{name} memory request {before} -> {request} (limit {limit})")
 
 
@@ -101,8 +144,11 @@ def resource_ops(change: ContainerChange) -> list[PatchOp]:
     """Patch operations for one container, creating missing objects on the way."""
     path = f"{change.container.path}/resources"
     resources: dict[str, Any] = as_dict(change.container.raw.get("resources"), path)
-    wanted = {"requests": format_bytes(change.request)}
-    if change.limit_added:
+    # raiseLimit keeps the request: written only when it was the limit's default (limit only,
+    # as offline input can be; the API server has always filled it in before webhooks run).
+    explicit = change.container.requests.get("memory") is not None
+    wanted = {} if change.limit_raised and explicit else {"requests": format_bytes(change.request)}
+    if change.limit_added or change.limit_raised:
         wanted["limits"] = format_bytes(change.limit)
     if not resources:
         return [add(path, {field: {"memory": value} for field, value in wanted.items()})]
