@@ -36,7 +36,7 @@ SKIP_WARNING = ("swapwise: pod left unchanged: a VerticalPodAutoscaler manages i
                 "(vpaPods: skip)")
 
 
-SKIP, RAISE = profile(), profile(vpaPods="raiseLimit")
+SKIP, RAISE = profile(vpaPods="skip"), profile()
 
 
 def memory(result: dict[str, Any], index: int = 0, field: str = "containers") -> tuple[Any, Any]:
@@ -79,11 +79,14 @@ def test_init_containers_and_sidecars_are_never_vpa_managed() -> None:
     assert vpa_memory_containers(view) == frozenset({"app"})
 
 
-# --- vpaPods: skip (the default) -------------------------------------------------------------
+# --- vpaPods: skip ---------------------------------------------------------------------------
 
 
-def test_skip_is_the_default() -> None:
-    assert Profile("p").vpa_pods == "skip" and SKIP.vpa_pods == "skip"
+def test_raise_limit_is_the_default() -> None:
+    """The default must hold in either webhook order: swapwise's chart name sorts before the
+    VPA's, and swapwise first then the VPA gives the raiseLimit shape (docs/vpa.md)."""
+    assert Profile("p").vpa_pods == "raiseLimit" and RAISE.vpa_pods == "raiseLimit"
+    assert SKIP.vpa_pods == "skip"
 
 
 def test_skip_leaves_a_vpa_managed_pod_exactly_as_it_came() -> None:
@@ -221,13 +224,13 @@ def test_both_webhook_orders_end_swap_eligible_with_the_vpa_request() -> None:
 def test_vpa_pods_in_the_policy_and_namespace_overrides() -> None:
     policy = build_policy({
         "apiVersion": "swapwise.io/v1alpha1", "kind": "SwapPolicy",
-        "profiles": {"p": {"vpaPods": "raiseLimit"}, "q": {}},
-        "namespaces": {"team": {"vpaPods": "skip"}},
+        "profiles": {"p": {"vpaPods": "skip"}, "q": {}},
+        "namespaces": {"team": {"vpaPods": "raiseLimit"}},
     })
-    assert policy.profiles["p"].vpa_pods == "raiseLimit"
-    assert policy.profiles["q"].vpa_pods == "skip"
+    assert policy.profiles["p"].vpa_pods == "skip"
+    assert policy.profiles["q"].vpa_pods == "raiseLimit"
     team = policy.resolve("p", "team")
-    assert team is not None and team.vpa_pods == "skip"
+    assert team is not None and team.vpa_pods == "raiseLimit"
 
 
 @pytest.mark.parametrize("value", ["raise", "RaiseLimit", "convert", True, None])
@@ -264,13 +267,13 @@ def previewed(documents: list[dict[str, Any]], fields: dict[str, Any]
 
 
 def test_preview_shows_the_skip_for_a_workload_a_vpa_in_the_input_manages() -> None:
-    after, warnings = previewed(manifests(), {})
+    after, warnings = previewed(manifests(), {"vpaPods": "skip"})
     assert after == manifests()[0]
     assert warnings == [f"Warning: Deployment/web: {SKIP_WARNING}"]
 
 
 def test_preview_raise_limit_and_no_vpa_annotations_in_the_output() -> None:
-    after, warnings = previewed(manifests(), {"vpaPods": "raiseLimit"})
+    after, warnings = previewed(manifests(), {})
     template = after["spec"]["template"]
     assert memory(template) == ("2Gi", "6Gi")
     assert set(template["metadata"]["annotations"]) == {"swapwise.io/profile",
@@ -307,7 +310,7 @@ def test_as_admitted_writes_what_the_vpa_admission_controller_writes() -> None:
 
 def test_plan_decides_as_admission_does() -> None:
     policy = build_policy({"apiVersion": "swapwise.io/v1alpha1", "kind": "SwapPolicy",
-                           "profiles": {"p": {}}})
+                           "profiles": {"p": {"vpaPods": "skip"}}})
     node = Node(memory=16 * GI, cpu=Fraction(8), swap=32 * GI)
     [result] = plan(manifests(), policy, "p", None, node)
     assert result.pod.warnings == (SKIP_WARNING,)

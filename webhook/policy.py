@@ -127,7 +127,7 @@ class ProfileSpec(_Strict):
     maxLimitRequestRatio: Annotated[Number, Field(gt=1)] | None = None
     defaultLimit: MemoryQuantity | None = None
     guaranteedPods: Literal["convert", "skip"] = "convert"
-    vpaPods: Literal["skip", "raiseLimit"] = "skip"
+    vpaPods: Literal["skip", "raiseLimit"] = "raiseLimit"
     resizePolicy: Literal["RestartContainer", "keep"] = "RestartContainer"
     podSelector: PodSelectorSpec | None = None
     placement: PlacementSpec = Field(default_factory=PlacementSpec)

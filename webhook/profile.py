@@ -65,7 +65,7 @@ class Profile:
     max_limit_request_ratio: Fraction | None = None
     default_limit: int | None = None
     guaranteed_pods: GuaranteedPods = "convert"
-    vpa_pods: VpaPods = "skip"
+    vpa_pods: VpaPods = "raiseLimit"
     resize_policy: ResizePolicy = "RestartContainer"
     pod_selector: LabelSelector | None = None
     placement: Placement = field(default_factory=Placement)

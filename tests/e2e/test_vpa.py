@@ -8,9 +8,9 @@ show both webhook orders at once - webhooks run in the order of their configurat
 | namespace   | profile (vpaPods)       | configuration | calls                              |
 |-------------|-------------------------|---------------|------------------------------------|
 | early-skip  | default (skip)          | swapwise      | swapwise, VPA, swapwise (reinvoked) |
-| early-raise | raise (raiseLimit)      | swapwise      | swapwise, VPA, swapwise (reinvoked) |
+| early-raise | raise (raiseLimit: the default) | swapwise | swapwise, VPA, swapwise (reinvoked) |
 | late-skip   | late (skip)             | zz-swapwise   | VPA, swapwise (VPA never reinvoked) |
-| late-raise  | late-raise (raiseLimit) | zz-swapwise   | VPA, swapwise                      |
+| late-raise  | late-raise (raiseLimit: the default) | zz-swapwise | VPA, swapwise           |
 
 Each namespace has a Deployment of one Guaranteed pod (2Gi memory, 500m CPU) under a VPA in
 `Recreate` mode recommending 1Gi (range 768Mi..1536Mi). The stored pods are checked, and the
@@ -48,10 +48,10 @@ POLICY = """\
 apiVersion: swapwise.io/v1alpha1
 kind: SwapPolicy
 profiles:
-  default: {}
-  raise: {vpaPods: raiseLimit}
-  late: {}
-  late-raise: {vpaPods: raiseLimit}
+  default: {vpaPods: skip}
+  raise: {}
+  late: {vpaPods: skip}
+  late-raise: {}
 """
 PROFILES = {"early-skip": "default", "early-raise": "raise",
             "late-skip": "late", "late-raise": "late-raise"}
