@@ -6,8 +6,8 @@ from typing import Any
 
 from hypothesis import given, settings
 
-from tests.engine_check import apply
-from tests.strategies import pods, profiles
+from tests.support.engine_check import apply
+from tests.support.strategies import pods, profiles
 from webhook.engine.pod import PodView
 from webhook.profile import Profile
 from webhook.quantity import MI, parse_bytes

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from tests.reliability.support import Server, Stream, review_json
-from tests.server_proc import wait_until
+from tests.support.server_proc import wait_until
 
 
 @pytest.fixture
