@@ -21,7 +21,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from multiprocessing import get_context
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import FastAPI
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -29,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from webhook import __version__, codec
-from webhook.admission import InvalidReview, decide, parse_review, review_response
+from webhook.admission import InvalidReview, Outcome, decide, parse_review, review_response
 from webhook.engine.warnings import warning
 from webhook.policy import Policy
 from webhook.server.logs import get_logger
@@ -49,6 +49,9 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
+# Answers that are no decision: a body refused (400, 413) or a bug (200, pod unchanged).
+Refusal = Literal["invalid", "too_large", "error"]
+
 log = get_logger("admission")
 
 
@@ -58,7 +61,6 @@ class AppState:
     metrics: Metrics
     serving: bool = False  # TLS listener is up
     draining: bool = False  # shutdown started: stop advertising readiness, close after reply
-    extra: dict[str, Any] = field(default_factory=dict)
     on_stop: list[Callable[[], None]] = field(default_factory=list)  # run at shutdown
 
 
@@ -112,7 +114,7 @@ class Answer:
 
     status: int
     content: bytes
-    outcome: str  # invalid | error | a Decision outcome
+    outcome: Outcome | Refusal
     uid: str | None = None
     namespace: str | None = None
     changed: int = 0
@@ -188,11 +190,11 @@ class Admission:
         self.metrics = state.metrics
         # Counter children by label values: labels() takes a lock and builds a key on
         # every call. Profiles and outcomes are few, so this stays small.
-        self._counted: dict[tuple[str, str], Any] = {}
+        self._counted: dict[tuple[str, Outcome | Refusal], Any] = {}
         self.large = LargeReviews()
         state.on_stop.append(self.large.close)
 
-    def count(self, label: str, outcome: str) -> None:
+    def count(self, label: str, outcome: Outcome | Refusal) -> None:
         child = self._counted.get((label, outcome))
         if child is None:
             child = self._counted[(label, outcome)] = self.metrics.requests.labels(label, outcome)
@@ -210,14 +212,7 @@ class Admission:
         except Disconnected:
             return  # nobody to answer
         else:
-            if len(body) > OFFLOAD_BYTES:
-                try:
-                    answer = await self.large.evaluate(body, profile, policy)
-                except Exception:  # the child process died (e.g. killed): answer here
-                    log.exception("large-review process failed; answering on the event loop")
-                    answer = evaluate(body, profile, policy)
-            else:
-                answer = evaluate(body, profile, policy)
+            answer = await self.answer(body, profile, policy)
             status, content = self.record(profile, label, answer, started)
         headers = [(b"content-type", b"application/json"),
                    (b"content-length", str(len(content)).encode())]
@@ -226,6 +221,16 @@ class Admission:
             headers.append((b"connection", b"close"))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": content})
+
+    async def answer(self, body: bytes, profile: str, policy: Policy) -> Answer:
+        """Evaluate on the event loop, or in the large-review process for a big body."""
+        if len(body) <= OFFLOAD_BYTES:
+            return evaluate(body, profile, policy)
+        try:
+            return await self.large.evaluate(body, profile, policy)
+        except Exception:  # the child process died (e.g. killed): answer here
+            log.exception("large-review process failed; answering on the event loop")
+            return evaluate(body, profile, policy)
 
     def record(self, profile: str, label: str, answer: Answer, started: float
                ) -> tuple[int, bytes]:
