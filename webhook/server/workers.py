@@ -28,10 +28,11 @@ from types import FrameType
 
 from prometheus_client import multiprocess
 
+from webhook.logs import get_logger
 from webhook.policy import PolicyError, load_policy
 from webhook.server import asynclog
-from webhook.server.logs import get_logger
-from webhook.server.run import Fallback, ServeOptions, build, serve_socket
+from webhook.server.options import ServeOptions
+from webhook.server.run import Fallback, build, serve_socket
 from webhook.server.tls import CertificateError
 from webhook.server.tls import load as load_certificate
 
