@@ -33,7 +33,7 @@ lint: venv
 unit: venv
 	SWAPWISE_SKIP_E2E=1 $(BIN)/pytest -m "not e2e and not node"
 
-## The server tests (tests/test_server.py, tests/reliability) against the oldest and the
+## The server tests (test_server.py, test_routes.py, reliability/) against the oldest and the
 ## newest uvicorn, Starlette and FastAPI that pyproject.toml allows (constraints/*.txt),
 ## each in a venv of its own under build/compat/.
 COMPAT := build/compat
@@ -42,7 +42,7 @@ compat: $(COMPAT)/oldest/.installed $(COMPAT)/newest/.installed
 	  echo "compat: $$v: $$($(COMPAT)/$$v/bin/python -c 'import fastapi, starlette, uvicorn; \
 	    print("uvicorn", uvicorn.__version__, "starlette", starlette.__version__, "fastapi", fastapi.__version__)')"; \
 	  SWAPWISE_SKIP_E2E=1 $(COMPAT)/$$v/bin/pytest -q -p no:cacheprovider \
-	    tests/test_server.py tests/reliability || exit 1; \
+	    tests/test_server.py tests/test_routes.py tests/reliability || exit 1; \
 	done
 
 $(COMPAT)/%/.installed: pyproject.toml constraints/%.txt

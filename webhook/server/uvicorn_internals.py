@@ -263,14 +263,6 @@ class SwapwiseServer(uvicorn.Server):
         return await super().on_tick(counter)
 
 
-def configure_protocol(options: ServeOptions) -> type[GuardedHttpToolsProtocol]:
-    """A protocol class carrying this server's limits (a class per server, not globals)."""
-    return type("Protocol", (GuardedHttpToolsProtocol,), {
-        "request_timeout": options.request_timeout,
-        "write_timeout": options.write_timeout,
-    })
-
-
 def make_server(app: SwapwiseApp, state: AppState, tls: ssl.SSLContext,
                 options: ServeOptions) -> SwapwiseServer:
     """The uvicorn server for ``app``, configured through uvicorn's public settings."""
@@ -289,6 +281,4 @@ def make_server(app: SwapwiseApp, state: AppState, tls: ssl.SSLContext,
         limit_concurrency=options.max_connections,
         timeout_graceful_shutdown=options.graceful_seconds,
     )
-    config.load()
-    config.http_protocol_class = configure_protocol(options)
     return SwapwiseServer(config, state, tls, options)

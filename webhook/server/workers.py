@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
+import uvloop
 from prometheus_client import multiprocess
 
 from webhook.logs import get_logger
@@ -100,8 +101,6 @@ class Supervisor:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
                 _die_with_parent()
-                import uvloop
-
                 # Worker 0 alone counts reloads: every worker reloads each change.
                 uvloop.run(serve_socket(self.options, self.sock, self.metrics_dir,
                                         counting=index == 0, fallback=self.fallback))
