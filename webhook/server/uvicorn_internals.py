@@ -122,8 +122,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         # uvicorn cancels its keep-alive timer only on a clean close (exc is None); after
         # a reset, the armed timer kept the whole connection (~75 KiB with TLS buffers)
         # alive for the keep-alive timeout: memory grew with every client that vanished.
-        # Not yet reported upstream as of uvicorn 0.54; the same analysis, by another
-        # project: https://github.com/Soju06/codex-lb/issues/2041
+        # Still so in uvicorn 0.54; no uvicorn issue for it found. The same analysis, by
+        # another project: https://github.com/Soju06/codex-lb/issues/2041
         self._unset_keepalive_if_required()
 
     def data_received(self, data: bytes) -> None:
@@ -171,7 +171,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.transport.abort()  # a client that does not read its answers is gone
 
     def shutdown(self) -> None:
-        """Graceful shutdown: finish what was started, close what is idle."""
+        """Graceful shutdown: finish what was started, close what is idle (uvicorn closes a
+        connection whose request is still arriving; no uvicorn issue for it found)."""
         self._shutting_down = True
         if self._in_headers or self._in_body:
             if self.cycle is not None and not self.cycle.response_complete:
@@ -215,8 +216,9 @@ class SwapwiseServer(uvicorn.Server):
         """uvicorn's startup for pre-bound sockets, less what swapwise turns off (lifespan,
         the started message), plus a TLS handshake timeout and our own SSL context.
 
-        uvicorn offers no ``ssl_handshake_timeout`` (and only from 0.41 an SSL context
-        factory): https://github.com/Kludex/uvicorn/issues/806 and, for the timeout, the
+        uvicorn offers no ``ssl_handshake_timeout``, and an SSL context of our own only
+        through ``ssl_context_factory``, which 0.30 lacks:
+        https://github.com/Kludex/uvicorn/issues/806 and, for the timeout, the
         connection-limits issue https://github.com/Kludex/uvicorn/issues/157.
         """
         assert sockets, "SwapwiseServer serves sockets bound by bind_socket()"
