@@ -13,10 +13,13 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY constraints/newest.txt constraints/newest.txt
 COPY webhook/ webhook/
-# The project's own wheel, then a wheel for every runtime dependency.
+# The project's own wheel, then a wheel for every runtime dependency; the web framework at
+# the newest versions `make compat` tested (constraints/newest.txt).
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
- && pip wheel --no-cache-dir --wheel-dir /wheels /wheels/swapwise-*.whl
+ && pip wheel --no-cache-dir --wheel-dir /wheels --constraint constraints/newest.txt \
+      /wheels/swapwise-*.whl
 
 FROM ${PYTHON_IMAGE}
 ARG VERSION=0.1.0

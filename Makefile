@@ -4,7 +4,7 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: run test lint unit e2e control-plane prometheus vpa image node node-e2e demo bench clean
+.PHONY: run test lint unit compat e2e control-plane prometheus vpa image node node-e2e demo bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,7 @@ run: venv
 ## then the real-node scenarios (a kubelet with swap in a QEMU guest).
 test: venv lint control-plane prometheus vpa
 	$(BIN)/pytest --ignore=tests/node
+	$(MAKE) compat
 	$(MAKE) node-e2e
 
 lint: venv
@@ -31,6 +32,24 @@ lint: venv
 
 unit: venv
 	SWAPWISE_SKIP_E2E=1 $(BIN)/pytest -m "not e2e and not node"
+
+## The server tests (test_server.py, test_routes.py, reliability/) against the oldest and the
+## newest uvicorn, Starlette and FastAPI that pyproject.toml allows (constraints/*.txt),
+## each in a venv of its own under build/compat/.
+COMPAT := build/compat
+compat: $(COMPAT)/oldest/.installed $(COMPAT)/newest/.installed
+	@for v in oldest newest; do \
+	  echo "compat: $$v: $$($(COMPAT)/$$v/bin/python -c 'import fastapi, starlette, uvicorn; \
+	    print("uvicorn", uvicorn.__version__, "starlette", starlette.__version__, "fastapi", fastapi.__version__)')"; \
+	  SWAPWISE_SKIP_E2E=1 $(COMPAT)/$$v/bin/pytest -q -p no:cacheprovider \
+	    tests/test_server.py tests/test_routes.py tests/reliability || exit 1; \
+	done
+
+$(COMPAT)/%/.installed: pyproject.toml constraints/%.txt
+	$(PYTHON) -m venv $(COMPAT)/$*
+	$(COMPAT)/$*/bin/pip install --quiet --upgrade pip
+	$(COMPAT)/$*/bin/pip install --quiet -c constraints/$*.txt -e '.[test]'
+	touch $@
 
 e2e: venv control-plane prometheus vpa
 	$(BIN)/pytest -m e2e tests/e2e

@@ -48,8 +48,8 @@ def quiet_json_logs(in_loop: bool = False) -> None:
     ``in_loop``: format and write each line on the event loop instead, as before
     webhook/server/asynclog.py, to show what that costs an admission.
     """
+    from webhook.logs import configure
     from webhook.server import asynclog
-    from webhook.server.logs import configure
 
     configure("info")
     devnull = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process

@@ -32,7 +32,7 @@ from typing import Any
 
 from benchmarks.common import machine, percentile, report
 from benchmarks.payloads import POLICY_YAML, review_bytes
-from tests.server_proc import ServerProcess
+from tests.support.server_proc import ServerProcess
 
 LUA = Path(__file__).with_name("wrk.lua")
 

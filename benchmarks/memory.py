@@ -16,7 +16,7 @@ from typing import Any
 from benchmarks.common import machine, report
 from benchmarks.https import start_server, wrk
 from benchmarks.payloads import review_bytes
-from tests.server_proc import ServerProcess
+from tests.support.server_proc import ServerProcess
 
 
 def rss_kib(pid: int) -> int:

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from cryptography import x509
 
-from tests.server_proc import SWAPWISE
+from tests.support.server_proc import SWAPWISE
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

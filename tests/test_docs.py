@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests import docs
-from tests.server_proc import free_port
+from tests.support import docs
+from tests.support.server_proc import free_port
 
 LINKED = (".venv", "examples", "charts", "Makefile")
 

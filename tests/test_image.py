@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 import venv
 from pathlib import Path
 
@@ -97,6 +98,32 @@ def test_dockerfile_shape() -> None:
     assert any(i.startswith("LABEL org.opencontainers.image.title") for i in final)
 
 
+def _pins(name: str) -> dict[str, str]:
+    lines = (REPO / "constraints" / name).read_text().splitlines()
+    pins = [line.split("==") for line in lines if line and not line.startswith("#")]
+    return {package: version for package, version in pins}
+
+
+def test_image_takes_the_web_framework_make_compat_tested() -> None:
+    """The image is built with constraints/newest.txt, the newest versions `make compat`
+    runs the server tests against; those and the oldest are the ends of pyproject's range."""
+    from packaging.requirements import Requirement
+
+    (builder, _final) = _stages()
+    assert any("--constraint constraints/newest.txt" in i for i in builder)
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    declared = {(req := Requirement(line)).name: req.specifier
+                for line in project["dependencies"]}
+    oldest, newest = _pins("oldest.txt"), _pins("newest.txt")
+    assert set(oldest) == set(newest) == {"uvicorn", "starlette", "fastapi"}
+    for package in newest:
+        specifier = declared[package]
+        assert specifier.contains(oldest[package]) and specifier.contains(newest[package])
+        lower = [s.version for s in specifier if s.operator == ">="]
+        assert lower == [oldest[package]] or f"{lower[0]}.0" == oldest[package], package
+        assert any(s.operator == "<" for s in specifier), f"{package} has no upper bound"
+
+
 def test_dockerignore_keeps_what_the_build_copies() -> None:
     lines = [
         line.strip()
@@ -143,6 +170,7 @@ def _build_context(dest: Path) -> Path:
                 path, dest / src, ignore=shutil.ignore_patterns("__pycache__", "*.py[cod]")
             )
         else:
+            (dest / src).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(path, dest / src)
     return dest
 
@@ -170,7 +198,8 @@ def image_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     (own,) = wheels.glob("swapwise-*.whl")
     _run(
-        sys.executable, "-m", "pip", "wheel", "--no-cache-dir", "--wheel-dir", wheels, own, env=env
+        sys.executable, "-m", "pip", "wheel", "--no-cache-dir", "--wheel-dir", wheels,
+        "--constraint", context / "constraints" / "newest.txt", own, env=env,
     )
     # final stage: a fresh interpreter environment, no index.
     target = work / "venv"

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.engine_check import apply
+from tests.support.engine_check import apply
 from webhook.cli import main
 from webhook.engine import mutate_pod
 from webhook.overhead import (

@@ -6,8 +6,8 @@ from typing import Any
 
 from hypothesis import given, settings
 
-from tests.engine_check import apply
-from tests.strategies import pods, profiles
+from tests.support.engine_check import apply
+from tests.support.strategies import pods, profiles
 from webhook.engine.pod import PodView
 from webhook.engine.resources import raised_limit
 from webhook.profile import Profile

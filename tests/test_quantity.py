@@ -7,7 +7,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from tests.quantity_grammar import cases
+from tests.support.quantity_grammar import cases
 from webhook.quantity import (
     MAX_INT64,
     QuantityError,

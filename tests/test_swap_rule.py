@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.engine_check import apply
+from tests.support.engine_check import apply
 from webhook.engine.pod import PodView, gets_swap
 from webhook.planner import Node, plan_pod
 from webhook.policy import default_policy

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.engine_check import apply
-from tests.pods import container, guaranteed, pod
+from tests.support.engine_check import apply
+from tests.support.pods import container, guaranteed, pod
 from tests.test_engine import profile
 from webhook.cli.plan import plan
 from webhook.cli.preview import preview

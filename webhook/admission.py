@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 from webhook import codec
 from webhook.engine import Mutation, mutate_pod
@@ -18,18 +18,22 @@ from webhook.policy import Policy
 
 API_VERSION = "admission.k8s.io/v1"
 
+# What happened to an admission; each value is a label of swapwise_admission_requests_total.
+Outcome = Literal["mutated", "unchanged", "skipped", "ignored", "unknown_profile"]
+OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
+
 
 class InvalidReview(ValueError):
     """The body is not an ``admission.k8s.io/v1`` AdmissionReview request (HTTP 400)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Decision:
     """The response to send and what happened, for logs and metrics."""
 
     response: dict[str, Any]
     uid: str
-    outcome: str  # mutated | unchanged | skipped | ignored | unknown_profile
+    outcome: Outcome
     namespace: str | None = None
     changed: int = 0
     reason: str | None = None
@@ -85,24 +89,26 @@ def decide(request: dict[str, Any], profile_name: str, policy: Policy) -> Decisi
     namespace = request.get("namespace")
     namespace = namespace if isinstance(namespace, str) else None
     if not _is_pod_create(request):
-        return Decision(review_response(uid), uid, "ignored", namespace)
+        return Decision(response=review_response(uid), uid=uid, outcome="ignored",
+                        namespace=namespace)
     profile = policy.resolve(profile_name, namespace)
     if profile is None:
         warnings = [warning(f"unknown profile {profile_name!r}; pod left unchanged")]
         return Decision(
-            review_response(uid, warnings=warnings), uid, "unknown_profile", namespace,
-            warnings=warnings,
+            response=review_response(uid, warnings=warnings), uid=uid,
+            outcome="unknown_profile", namespace=namespace, warnings=warnings,
         )
     mutation = mutate_pod(request["object"], profile)
+    outcome: Outcome
     if mutation.skipped is not None:
         outcome = "skipped"
     else:
         outcome = "mutated" if mutation.patch else "unchanged"
     return Decision(
-        review_response(uid, mutation, mutation.warnings),
-        uid,
-        outcome,
-        namespace,
+        response=review_response(uid, mutation, mutation.warnings),
+        uid=uid,
+        outcome=outcome,
+        namespace=namespace,
         changed=len(mutation.changes),
         reason=mutation.skipped,
         warnings=mutation.warnings,

@@ -18,7 +18,7 @@ if str(REPO_ROOT) not in sys.path:  # so `tests.e2e.cluster` imports under plain
     sys.path.insert(0, str(REPO_ROOT))
 
 from tests.e2e.cluster import SWAP_LABEL, ControlPlane, ensure_binaries  # noqa: E402
-from tests.progress import uncaptured  # noqa: E402
+from tests.support.progress import uncaptured  # noqa: E402
 
 SWAP_NODES = ("swap-1", "swap-2")
 PLAIN_NODES = ("plain-1",)

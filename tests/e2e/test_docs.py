@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from tests import docs
 from tests.e2e.cluster import ControlPlane, Swapwise, ensure_binaries, free_port
+from tests.support import docs
 
 pytestmark = pytest.mark.e2e
 

@@ -25,7 +25,7 @@ import pytest
 from tests.e2e.cluster import Component, ControlPlane, Swapwise, free_port, wait_for
 from tests.e2e.test_labeller import LabellerProcess
 from tests.monitoring.prom import RULES, ensure, queries
-from tests.pods import container, guaranteed, pod, review
+from tests.support.pods import container, guaranteed, pod, review
 
 pytestmark = pytest.mark.e2e
 

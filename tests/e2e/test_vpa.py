@@ -38,7 +38,7 @@ from tests.e2e import cluster as k8s
 from tests.e2e.cluster import ControlPlane, wait_for
 from tests.e2e.vpa import UPDATER_INTERVAL, Vpa, set_recommendation, vpa_object
 from tests.e2e.vpa import ensure_binaries as ensure_vpa_binaries
-from tests.progress import uncaptured
+from tests.support.progress import uncaptured
 from webhook.quantity import parse_quantity
 
 pytestmark = pytest.mark.e2e

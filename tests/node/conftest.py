@@ -33,7 +33,7 @@ from tests.e2e.cluster import (
 from tests.e2e.install import Installation
 from tests.node.incluster import IMAGE_ARCHIVE
 from tests.node.node import Artifacts, RealNode, network_to_guest
-from tests.progress import uncaptured
+from tests.support.progress import uncaptured
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "build" / "node-e2e" / "results.json"

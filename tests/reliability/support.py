@@ -31,8 +31,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from benchmarks.asgi import Reply, call
-from tests.engine_check import _allowed, strip_memory
-from tests.server_proc import ServerProcess, wait_until
+from tests.support.engine_check import _allowed, strip_memory
+from tests.support.server_proc import ServerProcess, wait_until
 from webhook.policy import Policy, default_policy
 from webhook.server.app import AppState, create_app
 from webhook.server.metrics import Metrics
@@ -147,7 +147,7 @@ def validate(pod: Any) -> None:
 
 
 def review_bytes(obj: Any, uid: str = "fuzz-uid", namespace: str = "ns") -> bytes:
-    from tests.pods import review
+    from tests.support.pods import review
 
     body = review(None, namespace=namespace)
     body["request"]["uid"] = uid
@@ -195,7 +195,7 @@ class Server(ServerProcess):
 
 
 def review_json(containers: int = 1) -> dict[str, Any]:
-    from tests.pods import guaranteed, pod, review
+    from tests.support.pods import guaranteed, pod, review
 
     return review(pod(*[guaranteed(name=f"c{i}") for i in range(containers)]))
 

@@ -14,7 +14,7 @@ SCRIPT = textwrap.dedent(
     """
     import logging, os, signal, threading, time
     from webhook.server import asynclog
-    from webhook.server.logs import configure, get_logger
+    from webhook.logs import configure, get_logger
 
     configure("info")
     logging.getLogger().handlers[0].stream = open(os.devnull, "w")

@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from tests.reliability.support import Server, client_certificates
-from tests.server_proc import Mount, cert_files, wait_until
+from tests.support.server_proc import Mount, cert_files, wait_until
 
 PEM = serialization.Encoding.PEM
 

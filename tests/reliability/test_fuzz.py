@@ -32,7 +32,7 @@ from tests.reliability.support import (
     review_bytes,
     validate,
 )
-from tests.strategies import pods, profiles
+from tests.support.strategies import pods, profiles
 from webhook.policy import Policy
 from webhook.profile import Profile
 

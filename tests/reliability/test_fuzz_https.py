@@ -24,7 +24,7 @@ from tests.reliability.support import (
     review_bytes,
     validate,
 )
-from tests.strategies import pods
+from tests.support.strategies import pods
 
 HEADERS = {"content-type": "application/json"}
 

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from tests.reliability.support import Server
-from tests.server_proc import SWAPWISE, cert_files, free_port, wait_until
+from tests.support.server_proc import SWAPWISE, cert_files, free_port, wait_until
 from webhook.server.metrics import Metrics
 from webhook.server.reload import PolicyStore
 

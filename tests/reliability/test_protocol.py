@@ -14,7 +14,7 @@ import uvicorn
 from uvicorn.server import ServerState
 
 from tests.reliability.support import InProcess, review_json
-from webhook.server.protocol import GuardedHttpToolsProtocol
+from webhook.server.uvicorn_internals import GuardedHttpToolsProtocol
 
 
 class FakeTransport(asyncio.Transport):

@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from tests.reliability.support import Server
-from tests.server_proc import wait_until
+from tests.support.server_proc import wait_until
 from webhook.server import reload
 from webhook.server.metrics import Metrics
 

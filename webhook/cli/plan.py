@@ -19,8 +19,7 @@ from typing import Any, TextIO
 
 import jsonpatch
 
-from webhook.cli.common import CommandError, fail, policy_from
-from webhook.cli.preview import choose_profile, read_documents
+from webhook.cli.common import CommandError, choose_profile, fail, policy_from, read_documents
 from webhook.engine import mutate_pod
 from webhook.engine.pod import MalformedPod
 from webhook.hpa import HpaWarning, manifest_warnings

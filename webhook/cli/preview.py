@@ -15,11 +15,10 @@ from typing import Any, TextIO
 import jsonpatch
 import yaml
 
-from webhook.cli.common import CommandError, fail, policy_from
+from webhook.cli.common import CommandError, choose_profile, fail, policy_from, read_documents
 from webhook.engine import mutate_pod
 from webhook.hpa import manifest_warnings
 from webhook.policy import Policy
-from webhook.profile import Profile
 from webhook.vpa import as_admitted, managing_vpa, without_admission_marks
 from webhook.workloads import find_workload, iter_objects
 
@@ -32,36 +31,6 @@ def register(subcommands: Any) -> None:
     parser.add_argument("--namespace", "-n", help="namespace, for per-namespace overrides")
     parser.add_argument("-o", "--output", choices=["yaml", "json", "diff"], default="yaml")
     parser.set_defaults(func=run)
-
-
-def choose_profile(policy: Policy, name: str | None, namespace: str | None) -> Profile:
-    if name is None:
-        if len(policy.profiles) != 1:
-            raise CommandError(
-                f"--profile is required: the policy has {len(policy.profiles)} profiles "
-                f"({', '.join(sorted(policy.profiles))})"
-            )
-        name = next(iter(policy.profiles))
-    profile = policy.resolve(name, namespace)
-    if profile is None:
-        raise CommandError(
-            f"unknown profile {name!r}; the policy has: {', '.join(sorted(policy.profiles))}"
-        )
-    return profile
-
-
-def read_documents(filename: str) -> list[Any]:
-    try:
-        if filename == "-":
-            text = sys.stdin.read()
-        else:
-            with open(filename, encoding="utf-8") as handle:
-                text = handle.read()
-        return list(yaml.safe_load_all(text))
-    except OSError as exc:
-        raise CommandError(f"cannot read {filename}: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise CommandError(f"{filename} is not valid YAML: {exc}") from None
 
 
 def _dump(obj: Any) -> str:

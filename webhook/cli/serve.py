@@ -10,9 +10,15 @@ from typing import Any
 from webhook import certs
 from webhook.cli.common import fail
 from webhook.policy import PolicyError
+from webhook.server.options import ServeOptions
 from webhook.server.tls import CertificateError
 
 DEV_CERT_DIR = Path("certs")
+D = ServeOptions  # every default below is ServeOptions'
+
+
+def _g(value: float) -> str:
+    return f"{value:g}"
 
 
 def register(subcommands: Any) -> None:
@@ -22,31 +28,40 @@ def register(subcommands: Any) -> None:
     parser.add_argument("--tls-cert", help="serving certificate (PEM)")
     parser.add_argument("--tls-key", help="serving key (PEM)")
     parser.add_argument("--client-ca", help="require client certificates signed by this CA")
-    parser.add_argument("--host", default="127.0.0.1",
-                        help="listen address (default 127.0.0.1; 0.0.0.0 for all)")
-    parser.add_argument("--port", type=int, default=8443, help="listen port (default 8443)")
-    parser.add_argument("--log-level", default="info",
+    parser.add_argument("--host", default=D.host,
+                        help=f"listen address (default {D.host}; 0.0.0.0 for all)")
+    parser.add_argument("--port", type=int, default=D.port,
+                        help=f"listen port (default {D.port})")
+    parser.add_argument("--log-level", default=D.log_level,
                         choices=["debug", "info", "warning", "error"])
     limits = parser.add_argument_group(
         "processes, connections and timeouts (defaults suit production; see BENCHMARKS.md)")
-    limits.add_argument("--workers", type=int, default=1,
-                        help="worker processes sharing the port, one core each (default 1)")
-    limits.add_argument("--max-connections", type=int, default=1000,
-                        help="open connections per worker before answering 503 (default 1000)")
-    limits.add_argument("--keep-alive-timeout", type=int, default=120, metavar="SECONDS",
+    limits.add_argument("--workers", type=int, default=D.workers,
+                        help="worker processes sharing the port, one core each "
+                             f"(default {D.workers})")
+    limits.add_argument("--max-connections", type=int, default=D.max_connections,
+                        help="open connections per worker before answering 503 "
+                             f"(default {D.max_connections})")
+    limits.add_argument("--keep-alive-timeout", type=int, default=D.keep_alive_seconds,
+                        metavar="SECONDS",
                         help="close idle keep-alive connections after this; keep it above the "
-                             "API server's 90 s (default 120)")
-    limits.add_argument("--request-timeout", type=float, default=10.0, metavar="SECONDS",
+                             f"API server's 90 s (default {D.keep_alive_seconds})")
+    limits.add_argument("--request-timeout", type=float, default=D.request_timeout,
+                        metavar="SECONDS",
                         help="time to receive a whole request, from its first byte (or from "
-                             "connecting) to the end of its body; then 408 (default 10)")
-    limits.add_argument("--handshake-timeout", type=float, default=10.0, metavar="SECONDS",
-                        help="time for a TLS handshake (default 10)")
-    limits.add_argument("--write-timeout", type=float, default=30.0, metavar="SECONDS",
+                             "connecting) to the end of its body; then 408 "
+                             f"(default {_g(D.request_timeout)})")
+    limits.add_argument("--handshake-timeout", type=float, default=D.handshake_timeout,
+                        metavar="SECONDS",
+                        help=f"time for a TLS handshake (default {_g(D.handshake_timeout)})")
+    limits.add_argument("--write-timeout", type=float, default=D.write_timeout,
+                        metavar="SECONDS",
                         help="cut a client that has not read its answer for this long "
-                             "(default 30)")
-    limits.add_argument("--drain-seconds", type=float, default=5.0, metavar="SECONDS",
+                             f"(default {_g(D.write_timeout)})")
+    limits.add_argument("--drain-seconds", type=float, default=D.drain_seconds,
+                        metavar="SECONDS",
                         help="after SIGTERM, keep answering (with Connection: close) this long "
-                             "before closing the port (default 5)")
+                             f"before closing the port (default {_g(D.drain_seconds)})")
     parser.set_defaults(func=run)
 
 
@@ -70,7 +85,7 @@ def _certificate(args: argparse.Namespace) -> tuple[Path, Path]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from webhook.server.run import ServeOptions, serve  # server deps only when serving
+    from webhook.server.main import serve  # server deps only when serving
 
     if not 0 < args.port < 65536:
         return fail(f"--port {args.port} is out of range")

@@ -30,7 +30,7 @@ from webhook.labeller.labels import (
     swap_capacity,
 )
 from webhook.labeller.metrics import LabellerMetrics
-from webhook.server.logs import get_logger
+from webhook.logs import get_logger
 
 log = get_logger("labeller")
 

@@ -21,7 +21,7 @@ from webhook.labeller.kube import KubeLeaseStore, KubeNodes, make_client
 from webhook.labeller.labels import DEFAULT_LABEL, Label, Source
 from webhook.labeller.lease import Elector, Timing
 from webhook.labeller.metrics import LabellerMetrics
-from webhook.server.logs import configure, get_logger
+from webhook.logs import configure, get_logger
 
 log = get_logger("labeller")
 

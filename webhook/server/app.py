@@ -2,11 +2,13 @@
 :func:`webhook.admission.decide`.
 
 Admission is on the path of every pod creation, so ``POST /mutate/<profile>`` is served
-by a lean ASGI handler in front of FastAPI: read at most 3 MiB (within a deadline), parse
-once, decide, serialize once. Going through FastAPI's middleware stack and Starlette's
-Request/Response objects cost more than the admission decision itself (see
-BENCHMARKS.md). Everything else (health, readiness, metrics, 404/405) is ordinary
-FastAPI. Whatever the input, the answer is a 2xx or a 4xx, never a 5xx.
+by a lean ASGI handler: read at most 3 MiB, parse once, decide, serialize once. Going
+through FastAPI's middleware stack and Starlette's Request/Response objects cost more than
+the admission decision itself (see BENCHMARKS.md). The routes are one table, FastAPI's;
+the admission route's endpoint is that handler, and :class:`SwapwiseApp` hands a request
+that route matches straight to it, past the middleware stack. So no middleware may exist
+(it would never see an admission): :class:`SwapwiseApp` refuses an app that has any.
+Whatever the input, the answer is a 2xx or a 4xx, never a 5xx.
 """
 
 from __future__ import annotations
@@ -21,23 +23,23 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from multiprocessing import get_context
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import FastAPI
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Match, Route
 
 from webhook import __version__, codec
-from webhook.admission import InvalidReview, decide, parse_review, review_response
+from webhook.admission import InvalidReview, Outcome, decide, parse_review, review_response
 from webhook.engine.warnings import warning
+from webhook.logs import get_logger
 from webhook.policy import Policy
-from webhook.server.logs import get_logger
 from webhook.server.metrics import Metrics
 from webhook.server.reload import PolicyStore
 
 MAX_BODY = 3 * 1024 * 1024  # the API server's own request limit is 3 MiB
-MUTATE_PREFIX = "/mutate/"
 # Reviews of ordinary pods are a few KiB and are answered on the event loop (a hop would
 # cost more than the decision). A bigger body is parsed and decided in a child process
 # (LargeReviews), one at a time, so that huge reviews cannot stall /healthz or the
@@ -49,6 +51,9 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
+# Answers that are no decision: a body refused (400, 413) or a bug (200, pod unchanged).
+Refusal = Literal["invalid", "too_large", "error"]
+
 log = get_logger("admission")
 
 
@@ -58,7 +63,6 @@ class AppState:
     metrics: Metrics
     serving: bool = False  # TLS listener is up
     draining: bool = False  # shutdown started: stop advertising readiness, close after reply
-    extra: dict[str, Any] = field(default_factory=dict)
     on_stop: list[Callable[[], None]] = field(default_factory=list)  # run at shutdown
 
 
@@ -80,7 +84,7 @@ def _declared_length(scope: Scope) -> int | None:
 async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
     """The request body, refused as soon as it is known to exceed ``limit``.
 
-    No deadline here: the connection protocol (protocol.py) times out a request whose
+    No deadline here: the connection protocol (uvicorn_internals.py) times out a request whose
     body does not arrive, and this then sees a disconnect.
     """
     declared = _declared_length(scope)
@@ -112,7 +116,7 @@ class Answer:
 
     status: int
     content: bytes
-    outcome: str  # invalid | error | a Decision outcome
+    outcome: Outcome | Refusal
     uid: str | None = None
     namespace: str | None = None
     changed: int = 0
@@ -181,25 +185,26 @@ class LargeReviews:
 
 
 class Admission:
-    """``POST /mutate/<profile>`` as a plain ASGI handler."""
+    """``POST /mutate/{profile}`` as a plain ASGI app (the route's endpoint)."""
 
     def __init__(self, state: AppState) -> None:
         self.state = state
         self.metrics = state.metrics
         # Counter children by label values: labels() takes a lock and builds a key on
         # every call. Profiles and outcomes are few, so this stays small.
-        self._counted: dict[tuple[str, str], Any] = {}
+        self._counted: dict[tuple[str, Outcome | Refusal], Any] = {}
         self.large = LargeReviews()
         state.on_stop.append(self.large.close)
 
-    def count(self, label: str, outcome: str) -> None:
+    def count(self, label: str, outcome: Outcome | Refusal) -> None:
         child = self._counted.get((label, outcome))
         if child is None:
             child = self._counted[(label, outcome)] = self.metrics.requests.labels(label, outcome)
         child.inc()
 
-    async def __call__(self, profile: str, scope: Scope, receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
+        profile: str = scope["path_params"]["profile"]
         policy = self.state.policies.policy
         label = profile if profile in policy.profiles else "unknown"
         try:
@@ -210,14 +215,7 @@ class Admission:
         except Disconnected:
             return  # nobody to answer
         else:
-            if len(body) > OFFLOAD_BYTES:
-                try:
-                    answer = await self.large.evaluate(body, profile, policy)
-                except Exception:  # the child process died (e.g. killed): answer here
-                    log.exception("large-review process failed; answering on the event loop")
-                    answer = evaluate(body, profile, policy)
-            else:
-                answer = evaluate(body, profile, policy)
+            answer = await self.answer(body, profile, policy)
             status, content = self.record(profile, label, answer, started)
         headers = [(b"content-type", b"application/json"),
                    (b"content-length", str(len(content)).encode())]
@@ -226,6 +224,16 @@ class Admission:
             headers.append((b"connection", b"close"))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": content})
+
+    async def answer(self, body: bytes, profile: str, policy: Policy) -> Answer:
+        """Evaluate on the event loop, or in the large-review process for a big body."""
+        if len(body) <= OFFLOAD_BYTES:
+            return evaluate(body, profile, policy)
+        try:
+            return await self.large.evaluate(body, profile, policy)
+        except Exception:  # the child process died (e.g. killed): answer here
+            log.exception("large-review process failed; answering on the event loop")
+            return evaluate(body, profile, policy)
 
     def record(self, profile: str, label: str, answer: Answer, started: float
                ) -> tuple[int, bytes]:
@@ -259,38 +267,26 @@ class Admission:
 
 
 class SwapwiseApp:
-    """ASGI entry point: admissions on the lean path, the rest through FastAPI."""
+    """ASGI entry point: FastAPI, with the admission route taken past its middleware."""
 
-    def __init__(self, state: AppState, fallback: FastAPI) -> None:
-        self.state = state
-        self.fastapi = fallback
-        self.admission = Admission(state)
+    def __init__(self, fastapi: FastAPI, admission: Route) -> None:
+        if fastapi.user_middleware:
+            raise ValueError("middleware would never see an admission (see app.py)")
+        assert admission in fastapi.routes, "the admission route is one of the app's routes"
+        self.fastapi = fastapi
+        self.admission = admission
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            path: str = scope["path"]
-            if path.startswith(MUTATE_PREFIX):
-                profile = path[len(MUTATE_PREFIX):]
-                if profile and "/" not in profile:  # what Starlette's {profile} matches
-                    await self.admission(profile, scope, receive, send)
-                    return
+        match, child_scope = self.admission.matches(scope)
+        if match is Match.FULL:
+            scope.update(child_scope)
+            await self.admission.app(scope, receive, send)
+            return
         await self.fastapi(scope, receive, send)
 
 
 def create_app(state: AppState) -> SwapwiseApp:
-    app = FastAPI(
-        title="swapwise", version=__version__, docs_url=None, redoc_url=None,
-        openapi_url=None,
-        # Never a redirect: POST /mutate/default/ would be sent a 307 to a Location built
-        # from the client's Host header. A path that is not a route is a 404.
-        redirect_slashes=False,
-    )
-    app.state.swapwise = state
     metrics = state.metrics
-
-    async def mutate_elsewhere(_request: Request) -> Response:  # pragma: no cover
-        # Registered so that GET /mutate/x is a 405, not a 404; POSTs never get here.
-        return JSONResponse({"error": "not found", "code": 404}, status_code=404)
 
     async def healthz(_request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -308,8 +304,19 @@ def create_app(state: AppState) -> SwapwiseApp:
     async def metrics_route(_request: Request) -> Response:
         return Response(generate_latest(metrics.exposition()), media_type=CONTENT_TYPE_LATEST)
 
-    app.add_route("/mutate/{profile}", mutate_elsewhere, methods=["POST"])
-    app.add_route("/healthz", healthz, methods=["GET"])
-    app.add_route("/readyz", readyz, methods=["GET"])
-    app.add_route("/metrics", metrics_route, methods=["GET"])
-    return SwapwiseApp(state, app)
+    # Every route, in one table. GET /mutate/x is a 405, by the admission route itself.
+    admission = Route("/mutate/{profile}", Admission(state), methods=["POST"])
+    routes: list[BaseRoute] = [
+        admission,
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", metrics_route, methods=["GET"]),
+    ]
+    app = FastAPI(
+        title="swapwise", version=__version__, docs_url=None, redoc_url=None,
+        openapi_url=None, routes=routes,
+        # Never a redirect: POST /mutate/default/ would be sent a 307 to a Location built
+        # from the client's Host header. A path that is not a route is a 404.
+        redirect_slashes=False,
+    )
+    return SwapwiseApp(app, admission)

@@ -24,6 +24,7 @@ from pathlib import Path
 import watchfiles
 
 from webhook.files import read_regular
+from webhook.logs import get_logger
 from webhook.policy import (
     MAX_FILE_BYTES,
     Policy,
@@ -31,7 +32,6 @@ from webhook.policy import (
     default_policy,
     parse_policy_bytes,
 )
-from webhook.server.logs import get_logger
 from webhook.server.metrics import Metrics
 from webhook.server.tls import CertificateError, CertificateStore
 

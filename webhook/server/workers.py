@@ -26,12 +26,14 @@ import time
 from pathlib import Path
 from types import FrameType
 
+import uvloop
 from prometheus_client import multiprocess
 
+from webhook.logs import get_logger
 from webhook.policy import PolicyError, load_policy
 from webhook.server import asynclog
-from webhook.server.logs import get_logger
-from webhook.server.run import Fallback, ServeOptions, build, serve_socket
+from webhook.server.options import ServeOptions
+from webhook.server.run import Fallback, build, serve_socket
 from webhook.server.tls import CertificateError
 from webhook.server.tls import load as load_certificate
 
@@ -99,8 +101,6 @@ class Supervisor:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
                 _die_with_parent()
-                import uvloop
-
                 # Worker 0 alone counts reloads: every worker reloads each change.
                 uvloop.run(serve_socket(self.options, self.sock, self.metrics_dir,
                                         counting=index == 0, fallback=self.fallback))

@@ -1,10 +1,16 @@
-"""uvicorn's httptools protocol with the connection guards it lacks.
+"""Every use of uvicorn's internals, in this one module.
 
-uvicorn arms no timer on a new connection, none while request headers arrive, and has no
-limit on their size with httptools; and a client that stops reading pins the request
-task forever once the write buffer is full. Each of these lets one slow or hostile client
-hold a connection slot (and with ``limit_concurrency``, eventually push real admissions
-into 503s). This subclass adds, per connection:
+uvicorn's public configuration covers most of what swapwise needs (``uvicorn.Config``
+takes the protocol class as ``http``); what it lacks is done here by subclassing its
+httptools protocol and its ``Server``, each workaround beside the upstream issue it waits
+for. pyproject.toml bounds uvicorn to the versions `make compat` tests (the oldest and the
+newest, constraints/); raising the bound means re-running that.
+
+The protocol adds, per connection, what uvicorn lacks: uvicorn arms no timer on a new
+connection, none while request headers arrive, and has no limit on their size with
+httptools; and a client that stops reading pins the request task forever once the write
+buffer is full. Each of these lets one slow or hostile client hold a connection slot (and
+with ``limit_concurrency``, eventually push real admissions into 503s). So:
 
 - a request timeout from connection (or from the first byte of a request) until the
   whole request, headers and body, is in: slowloris, trickled bodies and silent
@@ -17,26 +23,44 @@ into 503s). This subclass adds, per connection:
   once; uvicorn keeps it armed for the whole keep-alive timeout.
 
 The keep-alive timeout between requests stays uvicorn's (longer than the API server's
-90 s idle timeout, see run.py).
+90 s idle timeout, see options.py). The server owns its TLS listener (a handshake timeout),
+reports readiness and drains on SIGTERM.
 """
 
 from __future__ import annotations
 
 import asyncio
+import socket
+import ssl
+import time
+from types import FrameType
 from typing import Any
 
+import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-# Defaults; run.py sets the configured values on the class before serving.
-REQUEST_TIMEOUT = 10.0
-WRITE_TIMEOUT = 30.0
+from webhook.logs import get_logger
+from webhook.server.app import AppState, SwapwiseApp
+from webhook.server.options import ServeOptions
+
+log = get_logger("server")
+
 MAX_HEADER_BYTES = 64 * 1024
 SHUTDOWN_GRACE = 1.0  # how long a connected but silent client may still send on shutdown
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
-    request_timeout: float = REQUEST_TIMEOUT
-    write_timeout: float = WRITE_TIMEOUT
+    """uvicorn's httptools protocol plus the guards above; a subclass per server carries
+    that server's limits (:func:`protocol_class`).
+
+    Waits for https://github.com/Kludex/uvicorn/issues/157 (request timeouts, header size
+    limit with httptools). Uses ``cycle`` and its ``response_started``,
+    ``response_complete``, ``disconnected``, ``keep_alive`` and ``message_event``, the
+    parser callbacks, ``loop``, ``transport`` and ``_unset_keepalive_if_required``.
+    """
+
+    request_timeout: float = ServeOptions.request_timeout
+    write_timeout: float = ServeOptions.write_timeout
     max_header_bytes: int = MAX_HEADER_BYTES
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -98,6 +122,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         # uvicorn cancels its keep-alive timer only on a clean close (exc is None); after
         # a reset, the armed timer kept the whole connection (~75 KiB with TLS buffers)
         # alive for the keep-alive timeout: memory grew with every client that vanished.
+        # Still so in uvicorn 0.54; no uvicorn issue for it found. The same analysis, by
+        # another project: https://github.com/Soju06/codex-lb/issues/2041
         self._unset_keepalive_if_required()
 
     def data_received(self, data: bytes) -> None:
@@ -145,7 +171,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.transport.abort()  # a client that does not read its answers is gone
 
     def shutdown(self) -> None:
-        """Graceful shutdown: finish what was started, close what is idle."""
+        """Graceful shutdown: finish what was started, close what is idle (uvicorn closes a
+        connection whose request is still arriving; no uvicorn issue for it found)."""
         self._shutting_down = True
         if self._in_headers or self._in_body:
             if self.cycle is not None and not self.cycle.response_complete:
@@ -162,3 +189,98 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if not (self._in_headers or self._in_body) \
                 and (self.cycle is None or self.cycle.response_complete):
             self.transport.close()
+
+
+def protocol_class(options: ServeOptions) -> type[GuardedHttpToolsProtocol]:
+    """A protocol class carrying this server's limits (a class per server, not globals)."""
+    return type("Protocol", (GuardedHttpToolsProtocol,), {
+        "request_timeout": options.request_timeout,
+        "write_timeout": options.write_timeout,
+    })
+
+
+class SwapwiseServer(uvicorn.Server):
+    """uvicorn.Server that owns its TLS listener, reports readiness and drains on SIGTERM."""
+
+    def __init__(
+        self, config: uvicorn.Config, state: AppState, tls: ssl.SSLContext,
+        options: ServeOptions,
+    ) -> None:
+        super().__init__(config)
+        self.state = state
+        self.tls = tls
+        self.options = options
+        self.drain_deadline: float | None = None
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn's startup for pre-bound sockets, less what swapwise turns off (lifespan,
+        the started message), plus a TLS handshake timeout and our own SSL context.
+
+        uvicorn offers no ``ssl_handshake_timeout``, and an SSL context of our own only
+        through ``ssl_context_factory``, which 0.30 lacks:
+        https://github.com/Kludex/uvicorn/issues/806 and, for the timeout, the
+        connection-limits issue https://github.com/Kludex/uvicorn/issues/157.
+        """
+        assert sockets, "SwapwiseServer serves sockets bound by bind_socket()"
+        config = self.config
+        loop = asyncio.get_running_loop()
+
+        def create_protocol() -> asyncio.Protocol:
+            return config.http_protocol_class(  # type: ignore[call-arg]
+                config=config, server_state=self.server_state,
+                app_state=self.lifespan.state,
+            )
+
+        self.servers = [
+            await loop.create_server(
+                create_protocol, sock=sock, ssl=self.tls, backlog=config.backlog,
+                ssl_handshake_timeout=self.options.handshake_timeout,
+                # On close, don't wait long for the client's close_notify: idle clients
+                # never send it, and shutdown waits for every connection to be gone.
+                ssl_shutdown_timeout=1.0,
+            )
+            for sock in sockets
+        ]
+        self.started = True
+        self.state.serving = not self.should_exit
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self.drain_deadline is None and not self.should_exit:
+            # First signal: lame duck (see ServeOptions.drain_seconds); on_tick ends it.
+            self.state.draining = True
+            self.drain_deadline = time.monotonic() + self.options.drain_seconds
+            log.info("draining", extra={"seconds": self.options.drain_seconds})
+            return
+        # A second signal (or one after the drain) stops now, like uvicorn's own.
+        super().handle_exit(sig, frame)
+        # uvicorn re-raises the signal after shutting down (since 0.29,
+        # https://github.com/Kludex/uvicorn/pull/1600); a drained shutdown is a clean exit
+        # (status 0), and it lets the "stopped" log line be written. uvicorn has no
+        # setting for this.
+        self._captured_signals.clear()
+
+    async def on_tick(self, counter: int) -> bool:
+        if self.drain_deadline is not None and time.monotonic() >= self.drain_deadline:
+            self.should_exit = True
+        return await super().on_tick(counter)
+
+
+def make_server(app: SwapwiseApp, state: AppState, tls: ssl.SSLContext,
+                options: ServeOptions) -> SwapwiseServer:
+    """The uvicorn server for ``app``, configured through uvicorn's public settings."""
+    config = uvicorn.Config(
+        app,
+        host=options.host,
+        port=options.port,
+        http=protocol_class(options),
+        loop="uvloop",
+        lifespan="off",
+        access_log=False,
+        log_config=None,
+        server_header=False,
+        date_header=False,
+        timeout_keep_alive=options.keep_alive_seconds,
+        limit_concurrency=options.max_connections,
+        timeout_graceful_shutdown=options.graceful_seconds,
+    )
+    return SwapwiseServer(config, state, tls, options)

@@ -17,7 +17,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DOCS = ("README.md", "charts/swapwise/README.md", "docs/guide.md")
 REGISTRY = "registry.example"  # stands for the user's REGISTRY
 
@@ -162,7 +162,7 @@ def rule_for(command: Command) -> Rule:
         if re.fullmatch(rule.pattern, command.words, re.DOTALL):
             return rule
     raise LookupError(f"{command.doc}:{command.line}: no rule says how to test "
-                      f"{command.words!r}; add one to tests/docs.py")
+                      f"{command.words!r}; add one to tests/support/docs.py")
 
 
 def commands(where: str) -> list[Command]:

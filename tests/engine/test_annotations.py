@@ -1,0 +1,58 @@
+"""docs/rules.md: swapwise.io/profile and swapwise.io/original, and JSON Pointer
+escaping (engine/annotations.py)."""
+
+from __future__ import annotations
+
+import json
+
+from tests.support.engine_check import apply
+from tests.support.engine_tables import DEFAULT
+from tests.support.pods import guaranteed, pod
+from webhook.engine import mutate_pod
+
+
+def test_annotations_created_when_pod_has_none() -> None:
+    p = pod(guaranteed())
+    assert "annotations" not in p["metadata"]
+    mutation = mutate_pod(p, DEFAULT)
+    ops = [op for op in mutation.patch if op["path"].startswith("/metadata")]
+    assert ops == [{"op": "add", "path": "/metadata/annotations", "value": {
+        "swapwise.io/profile": "p",
+        "swapwise.io/original": '{"app":{"request":"2Gi","limit":"2Gi"}}'}}]
+
+
+def test_annotation_keys_are_escaped_in_json_pointers() -> None:
+    p = pod(guaranteed(), annotations={"team.example/owner~x": "me"})
+    mutation = mutate_pod(p, DEFAULT)
+    paths = [op["path"] for op in mutation.patch if op["path"].startswith("/metadata")]
+    assert paths == ["/metadata/annotations/swapwise.io~1profile",
+                     "/metadata/annotations/swapwise.io~1original"]
+    result, _ = apply(p, DEFAULT)
+    assert result["metadata"]["annotations"]["team.example/owner~x"] == "me"
+
+
+def test_pod_without_metadata() -> None:
+    p = {"spec": {"containers": [guaranteed()]}}
+    result, _ = apply(p, DEFAULT)
+    assert result["metadata"]["annotations"]["swapwise.io/profile"] == "p"
+
+
+def test_original_annotation_keeps_earlier_entries() -> None:
+    earlier = '{"app":{"request":"4Gi","limit":"4Gi"}}'
+    p = pod(guaranteed("1Gi"), guaranteed("1Gi", name="b"),
+            annotations={"swapwise.io/original": earlier, "swapwise.io/profile": "p"})
+    result, _ = apply(p, DEFAULT)
+    assert json.loads(result["metadata"]["annotations"]["swapwise.io/original"]) == {
+        "app": {"request": "4Gi", "limit": "4Gi"}, "b": {"request": "1Gi", "limit": "1Gi"}}
+
+
+def test_profile_annotation_replaced_when_different() -> None:
+    p = pod(guaranteed(), annotations={"swapwise.io/profile": "other"})
+    result, _ = apply(p, DEFAULT)
+    assert result["metadata"]["annotations"]["swapwise.io/profile"] == "p"
+
+
+def test_long_container_names_keep_warnings_short() -> None:
+    name = "x" * 63
+    _, mutation = apply(pod(guaranteed("1610612736", name=name)), DEFAULT)
+    assert len(mutation.warnings[0]) == 120 and mutation.warnings[0].endswith("...")

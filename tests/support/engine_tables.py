@@ -1,0 +1,39 @@
+"""What the engine's table tests share: a profile built from policy fields, and readers of
+the pieces of a mutated pod they compare."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from webhook.policy import build_policy
+from webhook.profile import Profile
+
+SWAP = "feature.node.kubernetes.io/memory-swap"
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+SWAP_EXPR = {"key": SWAP, "operator": "In", "values": ["true"]}
+
+
+def profile(**fields: Any) -> Profile:
+    policy = build_policy(
+        {"apiVersion": "swapwise.io/v1alpha1", "kind": "SwapPolicy", "profiles": {"p": fields}}
+    )
+    found = policy.resolve("p")
+    assert found is not None
+    return found
+
+
+DEFAULT = profile()
+
+
+def memory(result: dict[str, Any], index: int = 0, field: str = "containers") -> dict[str, Any]:
+    resources = result["spec"][field][index].get("resources", {})
+    return {
+        "request": resources.get("requests", {}).get("memory"),
+        "limit": resources.get("limits", {}).get("memory"),
+    }
+
+
+def terms(result: dict[str, Any]) -> list[dict[str, Any]]:
+    return result["spec"]["affinity"]["nodeAffinity"][REQUIRED]["nodeSelectorTerms"]
+
