@@ -16,7 +16,7 @@ COPY pyproject.toml README.md ./
 COPY constraints/newest.txt constraints/newest.txt
 COPY webhook/ webhook/
 # The project's own wheel, then a wheel for every runtime dependency; the web framework at
-# the newest versions `make compat` tested (constraints/newest.txt).
+# the newest versions the whole test suite runs on (constraints/newest.txt).
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
  && pip wheel --no-cache-dir --wheel-dir /wheels --constraint constraints/newest.txt \
       /wheels/swapwise-*.whl

@@ -104,9 +104,9 @@ def _pins(name: str) -> dict[str, str]:
     return {package: version for package, version in pins}
 
 
-def test_image_takes_the_web_framework_make_compat_tested() -> None:
-    """The image is built with constraints/newest.txt, the newest versions `make compat`
-    runs the server tests against; those and the oldest are the ends of pyproject's range."""
+def test_image_takes_the_web_framework_the_tests_run_on() -> None:
+    """The image is built with constraints/newest.txt, the newest versions the dev venv runs
+    every test on; those and the oldest (`make compat`) are the ends of pyproject's range."""
     from packaging.requirements import Requirement
 
     (builder, _final) = _stages()

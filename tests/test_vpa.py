@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from tests.support.engine_check import apply
+from tests.support.engine_tables import profile
 from tests.support.pods import container, guaranteed, pod
-from tests.test_engine import profile
 from webhook.cli.plan import plan
 from webhook.cli.preview import preview
 from webhook.engine import mutate_pod

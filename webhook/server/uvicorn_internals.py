@@ -3,8 +3,8 @@
 uvicorn's public configuration covers most of what swapwise needs (``uvicorn.Config``
 takes the protocol class as ``http``); what it lacks is done here by subclassing its
 httptools protocol and its ``Server``, each workaround beside the upstream issue it waits
-for. pyproject.toml bounds uvicorn to the versions `make compat` tests (the oldest and the
-newest, constraints/); raising the bound means re-running that.
+for. pyproject.toml bounds uvicorn to the versions the tests run on (the newest in the dev
+venv, the oldest in `make compat`; constraints/); raising the bound means re-running both.
 
 The protocol adds, per connection, what uvicorn lacks: uvicorn arms no timer on a new
 connection, none while request headers arrive, and has no limit on their size with
