@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -382,22 +382,31 @@ def _by_workload(pods: list[_Pod]) -> dict[tuple[str, str, str], _Pod]:
     return chosen
 
 
+def _targeting(
+    autoscalers: list[dict[str, Any]], ref_field: str, pods: list[_Pod],
+    profiles: dict[str, Profile],
+) -> Iterator[tuple[dict[str, Any], str, str, str, _Pod]]:
+    """(autoscaler, namespace, kind, name, a pod of it) for each autoscaler in an opted-in
+    namespace whose ``spec.<ref_field>`` names a reshaped workload: what HPAs and VPAs share."""
+    workloads = _by_workload(pods)
+    for autoscaler in autoscalers:
+        namespace = _meta(autoscaler, "namespace")
+        if namespace not in profiles:
+            continue
+        ref = _dict(autoscaler.get("spec")).get(ref_field)
+        if not isinstance(ref, dict):
+            continue
+        kind, name = str(ref.get("kind")), str(ref.get("name"))
+        pod = workloads.get((namespace, kind, name))
+        if pod is not None:
+            yield autoscaler, namespace, kind, name, pod
+
+
 def _hpas(
     hpas: list[dict[str, Any]], pods: list[_Pod], profiles: dict[str, Profile],
 ) -> list[Finding]:
-    workloads = _by_workload(pods)
     findings = []
-    for hpa in hpas:
-        namespace = _meta(hpa, "namespace")
-        if namespace not in profiles:
-            continue
-        spec = hpa.get("spec")
-        ref = spec.get("scaleTargetRef") if isinstance(spec, dict) else None
-        if not isinstance(ref, dict):
-            continue
-        pod = workloads.get((namespace, str(ref.get("kind")), str(ref.get("name"))))
-        if pod is None:
-            continue
+    for hpa, namespace, _, _, pod in _targeting(hpas, "scaleTargetRef", pods, profiles):
         if pod.after is not None:
             before, after = pod.obj, pod.after
         else:
@@ -417,20 +426,9 @@ def _hpas(
 def _vpas(
     vpas: list[dict[str, Any]], pods: list[_Pod], profiles: dict[str, Profile],
 ) -> list[Finding]:
-    workloads = _by_workload(pods)
     findings = []
-    for vpa in vpas:
-        namespace = _meta(vpa, "namespace")
-        if namespace not in profiles:
-            continue
-        spec = _dict(vpa.get("spec"))
-        ref = spec.get("targetRef")
-        if not isinstance(ref, dict):
-            continue
-        kind, name = str(ref.get("kind")), str(ref.get("name"))
-        if (namespace, kind, name) not in workloads:
-            continue
-        policy = spec.get("updatePolicy")
+    for vpa, namespace, kind, name, _pod in _targeting(vpas, "targetRef", pods, profiles):
+        policy = _dict(vpa.get("spec")).get("updatePolicy")
         mode = policy.get("updateMode") if isinstance(policy, dict) else None
         mode = mode if isinstance(mode, str) else "Auto"
         vpa_pods = profiles[namespace].vpa_pods

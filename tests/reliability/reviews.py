@@ -36,14 +36,15 @@ json_values = st.recursive(
 )
 
 
-def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+def paths(node: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    """Every path into a JSON tree, the root's () first."""
     yield prefix
     if isinstance(node, dict):
         for key, value in node.items():
-            yield from _paths(value, (*prefix, key))
+            yield from paths(value, (*prefix, key))
     elif isinstance(node, list):
         for index, value in enumerate(node):
-            yield from _paths(value, (*prefix, index))
+            yield from paths(value, (*prefix, index))
 
 
 @st.composite
@@ -51,10 +52,10 @@ def mutated_example_pods(draw: st.DrawFn) -> dict[str, Any]:
     """A real pod from examples/ with a few values deleted, retyped or replaced."""
     pod = copy.deepcopy(draw(st.sampled_from(EXAMPLE_PODS)))
     for _ in range(draw(st.integers(1, 4))):
-        paths = [p for p in _paths(pod) if p]
-        if not paths:
+        candidates = [p for p in paths(pod) if p]
+        if not candidates:
             break
-        path = draw(st.sampled_from(paths))
+        path = draw(st.sampled_from(candidates))
         parent: Any = pod
         for key in path[:-1]:
             parent = parent[key]

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.reliability.reviews import fuzz, json_values
+from tests.reliability.reviews import fuzz, json_values, paths
 from tests.reliability.support import InProcess, check_reply, patch_of, review_bytes
 from webhook.policy import Policy
 from webhook.profile import LabelSelector, Placement, Profile
@@ -65,18 +65,8 @@ def base_pod() -> dict[str, Any]:
     }
 
 
-def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
-    yield prefix
-    if isinstance(node, dict):
-        for key, value in node.items():
-            yield from _paths(value, (*prefix, key))
-    elif isinstance(node, list):
-        for index, value in enumerate(node):
-            yield from _paths(value, (*prefix, index))
-
-
 # Every field of base_pod() except the two the engine never reads.
-FIELDS = [p for p in _paths(base_pod()) if p and p[-1] not in ("image", "apiVersion")
+FIELDS = [p for p in paths(base_pod()) if p and p[-1] not in ("image", "apiVersion")
           and p[:2] != ("metadata", "name")]
 
 PROFILES = {
