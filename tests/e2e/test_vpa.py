@@ -80,14 +80,14 @@ class Cluster:
     vpa: Vpa
 
 
-def deployment(namespace: str) -> dict[str, Any]:
+def deployment(namespace: str, replicas: int = 1) -> dict[str, Any]:
     resources = {"memory": "2Gi", "cpu": "500m"}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": "web", "namespace": namespace},
         "spec": {
-            "replicas": 1,
+            "replicas": replicas,
             "strategy": {"type": "Recreate"},
             "selector": {"matchLabels": {"app": "web"}},
             "template": {
@@ -155,6 +155,42 @@ def placed_on_swap(pod: dict[str, Any]) -> bool:
     return any(e["key"] == k8s.SWAP_LABEL for t in terms for e in t.get("matchExpressions", []))
 
 
+def replicaset_owner(cp: ControlPlane, namespace: str) -> list[dict[str, Any]]:
+    """The ownerReferences of the Deployment's pods: its one ReplicaSet, as controller."""
+    def found() -> dict[str, Any] | None:
+        items = cp.get_json("replicasets", "-n", namespace, "-l", "app=web")["items"]
+        return items[0] if len(items) == 1 else None
+
+    rs = wait_for(found, 60, what=f"the ReplicaSet of deployment {namespace}/web")
+    return [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs["metadata"]["name"],
+             "uid": rs["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]
+
+
+def dry_run(cp: ControlPlane, namespace: str, owners: list[dict[str, Any]]
+            ) -> tuple[dict[str, Any], list[str]]:
+    """The Deployment's pod created with server-side dry-run, owned like its pods (the VPA
+    matches pods through their owner): the pod as it would be stored, and the warnings."""
+    dry = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "generateName": "web-dry-", "labels": {"app": "web"}, "ownerReferences": owners},
+        "spec": deployment(namespace)["spec"]["template"]["spec"]}
+    out = cp.kubectl("create", "--dry-run=server", "-o", "json", "-n", namespace, "-f", "-",
+                     input=json.dumps(dry))
+    warnings = [line.removeprefix("Warning: ") for line in out.stderr.splitlines()
+                if line.startswith("Warning: ")]
+    return json.loads(out.stdout), warnings
+
+
+def wait_until_the_vpa_updates_pods(cp: ControlPlane, namespace: str) -> None:
+    owners = replicaset_owner(cp, namespace)
+
+    def updated() -> bool:
+        pod, _ = dry_run(cp, namespace, owners)
+        return "memory request" in pod_annotations(pod).get("vpaUpdates", "")
+
+    wait_for(updated, 120, interval=2,
+             what=f"the VPA admission controller updating a pod of {namespace}/web")
+
+
 def pod_annotations(pod: dict[str, Any]) -> dict[str, str]:
     found: dict[str, str] = pod["metadata"].get("annotations", {})
     return found
@@ -187,12 +223,18 @@ def test_vpa_managed_deployments_stored_pods_and_no_eviction_loop(cluster: Clust
         cp.apply(json.dumps(vpa_object("web", namespace, "web")))
         set_recommendation(cp, "web", namespace, "app", RECOMMENDED["target"],
                            RECOMMENDED["lower"], RECOMMENDED["upper"])
-    # The admission controller reads VPAs through an informer: let it see the recommendations.
     wait_for(lambda: all(
         cp.get_json("vpa", "web", "-n", ns)["status"].get("recommendation") for ns in PROFILES),
         30, what="recommendations stored")
+    # The admission controller reads VPAs and pod owners through informers, so a pod created
+    # before they have caught up is left alone (on a loaded machine that took seconds). Each
+    # Deployment starts with no replica; it gets one once a dry-run pod of its ReplicaSet
+    # comes back updated by the VPA.
     for namespace in PROFILES:
-        cp.apply(json.dumps(deployment(namespace)))
+        cp.apply(json.dumps(deployment(namespace, replicas=0)))
+    for namespace in PROFILES:
+        wait_until_the_vpa_updates_pods(cp, namespace)
+        cp.kubectl("scale", "deployment", "web", "--replicas=1", "-n", namespace)
     pods = {namespace: one_pod(cp, namespace) for namespace in PROFILES}
     for namespace, pod in pods.items():
         print(f"{namespace}: {describe(pod)}")
@@ -232,17 +274,10 @@ def test_vpa_managed_deployments_stored_pods_and_no_eviction_loop(cluster: Clust
     # VPA matches pods through their owner), with the warnings both webhooks return.
     for namespace, expected in WARNINGS.items():
         stored = pods[namespace]
-        dry = {"apiVersion": "v1", "kind": "Pod", "metadata": {
-            "generateName": "web-dry-", "labels": {"app": "web"},
-            "ownerReferences": stored["metadata"]["ownerReferences"]},
-            "spec": deployment(namespace)["spec"]["template"]["spec"]}
-        out = cp.kubectl("create", "--dry-run=server", "-o", "json", "-n", namespace, "-f", "-",
-                         input=json.dumps(dry))
-        warnings = [line.removeprefix("Warning: ") for line in out.stderr.splitlines()
-                    if line.startswith("Warning: ")]
+        would_be, warnings = dry_run(cp, namespace, stored["metadata"]["ownerReferences"])
         print(f"{namespace} dry-run warnings: {warnings}")
         assert warnings == expected, namespace
-        assert memory(json.loads(out.stdout)) == memory(stored), namespace
+        assert memory(would_be) == memory(stored), namespace
 
     # Several updater passes: every request is the VPA's target, inside its range: no eviction.
     wait_passes(cluster, PASSES)
