@@ -83,7 +83,8 @@ node: control-plane
 	hack/build-image.sh --local-base
 
 ## Real-node scenarios, inside a network namespace of their own; figures in build/node-e2e/.
-node-e2e: venv node
+## Prometheus is built first: the density scenario scrapes the kubelet with it, offline.
+node-e2e: venv node prometheus
 	SWAPWISE_NODE_E2E=1 unshare --net -- $(BIN)/pytest tests/node
 
 ## A local control plane + swapwise installed by Helm + a dry-run preview of an example pod.

@@ -12,69 +12,26 @@ from __future__ import annotations
 
 import json
 import ssl
-import time
 import urllib.error
-import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from tests.e2e.cluster import Component, ControlPlane, Swapwise, free_port, wait_for
+from tests.e2e.cluster import ControlPlane, Swapwise, wait_for
 from tests.e2e.test_labeller import LabellerProcess
-from tests.monitoring.prom import RULES, ensure, queries
+from tests.monitoring.prom import RULES, Prometheus, queries
 from tests.support.pods import container, guaranteed, pod, review
 
 pytestmark = pytest.mark.e2e
 
 
-class Prometheus:
-    def __init__(self, workdir: Path, scrape_configs: list[dict[str, Any]]) -> None:
-        self.port = free_port()
-        workdir.mkdir(parents=True, exist_ok=True)
-        config = {
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(RULES)],
-            "scrape_configs": scrape_configs,
-        }
-        (workdir / "prometheus.yml").write_text(json.dumps(config, indent=2))
-        self.component = Component("prometheus", [
-            str(ensure("prometheus")), f"--config.file={workdir / 'prometheus.yml'}",
-            f"--storage.tsdb.path={workdir / 'data'}",
-            f"--web.listen-address=127.0.0.1:{self.port}",
-        ], workdir / "prometheus.log")
-        self.bad_request: Callable[[], int] = lambda: 0  # sends a body swapwise refuses
-
-    def __enter__(self) -> Prometheus:
-        self.component.start()
-        wait_for(lambda: self._ready(), 60, what="prometheus /-/ready",
-                 on_timeout=self.component.tail)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.component.stop()
-
-    def _ready(self) -> bool:
-        self.component.check_alive()
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready", timeout=2) as r:
-                return bool(r.status == 200)
-        except OSError:
-            return False
-
-    def api(self, path: str, **params: str) -> Any:
-        url = f"http://127.0.0.1:{self.port}/api/v1/{path}?{urllib.parse.urlencode(params)}"
-        with urllib.request.urlopen(url, timeout=10) as r:
-            body = json.loads(r.read())
-        assert body["status"] == "success", body
-        return body["data"]
-
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        data = self.api("query", query=expr)
-        result: list[dict[str, Any]] = data["result"]
-        return result
+@dataclass(frozen=True)
+class Monitored:
+    prom: Prometheus
+    bad_request: Callable[[], int]  # sends a body swapwise refuses; returns the status
 
 
 def post(url: str, body: bytes, ctx: ssl.SSLContext) -> int:
@@ -90,7 +47,7 @@ def post(url: str, body: bytes, ctx: ssl.SSLContext) -> int:
 @pytest.fixture(scope="module")
 def monitored(
     control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Prometheus]:
+) -> Iterator[Monitored]:
     workdir = tmp_path_factory.mktemp("monitoring")
     labeller = LabellerProcess(control_plane, "monitoring-0", "swapwise.io/test-monitoring",
                                "monitoring-labeller").start()
@@ -117,50 +74,44 @@ def monitored(
                  "static_configs": [{"targets": [f"127.0.0.1:{labeller.port}"]}]},
             ]
             with Prometheus(workdir / "prometheus", scrape) as prom:
-                prom.bad_request = lambda: post(f"{sw.url_base}/mutate/default", b"[]", ctx)
-                yield prom
+                yield Monitored(prom, lambda: post(f"{sw.url_base}/mutate/default", b"[]", ctx))
     finally:
         labeller.stop()
 
 
-def test_both_targets_are_up_and_the_alert_rules_load(monitored: Prometheus) -> None:
+def test_both_targets_are_up_and_the_alert_rules_load(monitored: Monitored) -> None:
     def up() -> list[dict[str, Any]] | None:
-        targets = monitored.api("targets")["activeTargets"]
+        targets = monitored.prom.api("targets")["activeTargets"]
         return targets if len(targets) == 2 and all(
             t["health"] == "up" for t in targets) else None
 
     targets = wait_for(up, 30, what="both targets up")
     assert {t["labels"]["job"] for t in targets} == {"swapwise", "swapwise-labeller"}
-    groups = monitored.api("rules")["groups"]
+    groups = monitored.prom.api("rules")["groups"]
     rules = [r for g in groups for r in g["rules"]]
     assert len(rules) == len([line for line in RULES.read_text().splitlines()
                               if line.strip().startswith("- alert:")]) == 7
     assert all(r["type"] == "alerting" and r["health"] == "ok" for r in rules), rules
 
 
-def test_every_swapwise_dashboard_query_returns_data(monitored: Prometheus) -> None:
+def test_every_swapwise_dashboard_query_returns_data(monitored: Monitored) -> None:
     ours = [(title, expr) for title, expr in queries() if "swapwise_" in expr]
     assert len(ours) >= 17
-    deadline = time.monotonic() + 60
-    empty = ours
-    while empty and time.monotonic() < deadline:
-        empty = [(t, e) for t, e in empty if not monitored.query(e)]
-        if empty:
-            time.sleep(1)
+    empty = monitored.prom.without_data(ours, 60)
     assert not empty, f"dashboard queries without data: {empty}"
     # The numbers are the traffic sent: 3 of each outcome.
-    outcomes = {r["metric"]["outcome"]: float(r["value"][1]) for r in monitored.query(
+    outcomes = {r["metric"]["outcome"]: float(r["value"][1]) for r in monitored.prom.query(
         "sum by (outcome) (swapwise_admission_requests_total)")}
     assert outcomes == {"mutated": 3, "unchanged": 3, "unknown_profile": 3, "invalid": 3,
                         "too_large": 3}
-    [changed] = monitored.query("sum(swapwise_containers_changed_total)")
+    [changed] = monitored.prom.query("sum(swapwise_containers_changed_total)")
     assert float(changed["value"][1]) == 3
-    [leaders] = monitored.query("sum(swapwise_labeller_is_leader)")
+    [leaders] = monitored.prom.query("sum(swapwise_labeller_is_leader)")
     assert float(leaders["value"][1]) == 1
     # And the admission-error alert's expression sees bad bodies sent while it watches
     # (a counter's first sample gives rate() nothing: what came before is not an increase).
     assert monitored.bad_request() == 400
     expr = ('sum without (profile) (rate(swapwise_admission_requests_total'
             '{outcome=~"error|invalid|too_large"}[5m])) > 0')
-    errors = wait_for(lambda: monitored.query(expr) or None, 30, what="error rate above 0")
+    errors = wait_for(lambda: monitored.prom.query(expr) or None, 30, what="error rate above 0")
     assert {r["metric"]["outcome"] for r in errors} == {"invalid"}

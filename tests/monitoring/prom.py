@@ -10,8 +10,13 @@ import json
 import os
 import re
 import subprocess
+import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 from typing import Any
+
+from tests.e2e.cluster import Component, free_port, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "tests" / "e2e" / "build-prometheus.sh"
@@ -63,3 +68,63 @@ def queries() -> list[tuple[str, str]]:
                 expr = expr.replace(variable, value)
             found.append((panel["title"], expr))
     return found
+
+
+class Prometheus:
+    """A Prometheus on loopback with the chart's alerting rules and the given scrape jobs."""
+
+    def __init__(self, workdir: Path, scrape_configs: list[dict[str, Any]],
+                 scrape_interval: str = "1s") -> None:
+        self.port = free_port()
+        workdir.mkdir(parents=True, exist_ok=True)
+        config = {
+            "global": {"scrape_interval": scrape_interval, "evaluation_interval": "1s"},
+            "rule_files": [str(RULES)],
+            "scrape_configs": scrape_configs,
+        }
+        (workdir / "prometheus.yml").write_text(json.dumps(config, indent=2))
+        self.component = Component("prometheus", [
+            str(ensure("prometheus")), f"--config.file={workdir / 'prometheus.yml'}",
+            f"--storage.tsdb.path={workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+        ], workdir / "prometheus.log")
+
+    def __enter__(self) -> Prometheus:
+        self.component.start()
+        wait_for(lambda: self._ready(), 60, what="prometheus /-/ready",
+                 on_timeout=self.component.tail)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.component.stop()
+
+    def _ready(self) -> bool:
+        self.component.check_alive()
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready", timeout=2) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+    def api(self, path: str, **params: str) -> Any:
+        url = f"http://127.0.0.1:{self.port}/api/v1/{path}?{urllib.parse.urlencode(params)}"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            body = json.loads(r.read())
+        assert body["status"] == "success", body
+        return body["data"]
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        data = self.api("query", query=expr)
+        result: list[dict[str, Any]] = data["result"]
+        return result
+
+    def without_data(self, exprs: list[tuple[str, str]], timeout: float) -> list[tuple[str, str]]:
+        """The (title, query) pairs still answering no series when ``timeout`` runs out."""
+        deadline = time.monotonic() + timeout
+        empty = exprs
+        while empty:
+            empty = [(t, e) for t, e in empty if not self.query(e)]
+            if not empty or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        return empty

@@ -23,6 +23,7 @@ import yaml
 from tests.e2e.cluster import PROFILE_LABEL, SWAP_LABEL, ControlPlane, swapwise_executable
 from tests.e2e.install import Installation
 from tests.node.conftest import PROFILES, Labeller
+from tests.node.kubelet_prometheus import kubelet_prometheus, kubelet_queries, swap_figures
 from tests.node.node import RealNode
 from webhook.quantity import parse_bytes, parse_quantity
 
@@ -372,7 +373,9 @@ def test_density_triples_without_oom_kills(
         results["density.hot_ops_per_s.without"] = without.median_hot_ops()
         results["density.without.oom_kills"] = without.counts()["oom_kills"]
 
-    with Run(node, "density-with", "sandbox", count) as with_:
+    # A Prometheus configured as docs/monitoring.md says scrapes the kubelet meanwhile.
+    with (Run(node, "density-with", "sandbox", count) as with_,
+          kubelet_prometheus(node.cp, node.workdir / "prometheus") as prom):
         results["density.with.placed"] = with_.placed
         assert with_.placed == expected_with
         assert with_.placed >= math.ceil(2.9 * without.placed)
@@ -387,6 +390,10 @@ def test_density_triples_without_oom_kills(
         metrics = kubelet_swap_metrics(node, with_.namespace)
         for key, value in metrics.items():
             results[f"density.with.kubelet.{key}"] = value
+        panels_without_data = prom.without_data(kubelet_queries(), 180)
+        scraped = swap_figures(prom, node.name, with_.namespace)
+        for key, value in scraped.items():
+            results[f"density.with.prometheus.{key}"] = value
     assert worst["running"] == with_.placed, worst
     assert worst["oom_kills"] == 0, worst
     assert worst["evictions"] == 0, worst
@@ -396,6 +403,12 @@ def test_density_triples_without_oom_kills(
     assert metrics["node_swap_usage_bytes"] > 0
     assert metrics["containers_reported"] == with_.placed
     assert results["plan.predicted_fit.with"] is True
+    # Every dashboard panel over the kubelet's swap metrics shows this node and these pods.
+    assert not panels_without_data, panels_without_data
+    assert scraped["target_health"] == "up" and scraped["target_node"] == node.name, scraped
+    assert scraped["node_swap_usage_bytes"] and scraped["node_swap_usage_bytes"][0] > 0, scraped
+    assert scraped["pods_reported"] == scraped["containers_reported"] == with_.placed, scraped
+    assert scraped["rules_health"] == ["ok"], scraped
 
 
 def test_too_aggressive_overcommits_as_plan_predicts(
