@@ -1,0 +1,258 @@
+"""`swapwise render admission-policy` proven equivalent to the webhook on a real 1.37 API server.
+
+The acceptance test of the webhook-less mode (docs/admission-policy.md): every case of the
+engine's table tests (tests/engine, recorded by tests/e2e/engine_cases.py) and a batch of
+hypothesis-drawn pods and profiles (tests/support/strategies.py) is created twice on one
+kube-apiserver v1.37: once in a namespace served by `swapwise serve` (the webhook), once in
+a namespace served by the rendered MutatingAdmissionPolicy. The two stored pods must be
+equal field by field, except the fields every create makes up (uid, timestamps, ...) and
+`managedFields` (who wrote what: the webhook and the policy are different managers).
+A pod the API server refuses must be refused on both paths with the same reason.
+
+Both paths use failurePolicy Fail here, so a CEL error fails the test instead of silently
+leaving a pod unchanged. The 1.37 binaries are built (into their own cache directory) when
+missing, like every e2e test's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from tests.e2e.cluster import (
+    BINARIES,
+    PROFILE_LABEL,
+    ControlPlane,
+    Swapwise,
+    ensure_binaries,
+    webhook_configuration,
+)
+from tests.e2e.engine_cases import table_cases
+from tests.support.profile_spec import profile_fields
+from tests.support.progress import uncaptured
+from tests.support.strategies import pods, profiles
+from webhook.policy import Policy
+from webhook.profile import Profile
+from webhook.render.admission_policy import render_admission_policies
+
+pytestmark = pytest.mark.e2e
+
+LINE = "1.37"
+PATH_LABEL = "e2e.swapwise.io/path"  # which of the two paths serves a namespace
+HYPOTHESIS_PROFILES = int(os.environ.get("SWAPWISE_AP_PROFILES", "8"))
+HYPOTHESIS_PODS = int(os.environ.get("SWAPWISE_AP_PODS", "120"))
+# Fields each create makes up, and who-wrote-what bookkeeping: never compared.
+VOLATILE = ("uid", "resourceVersion", "creationTimestamp", "managedFields", "namespace",
+            "generation")
+
+
+@dataclasses.dataclass
+class Case:
+    id: str
+    pod: dict[str, Any]
+    profile: str
+
+
+def _hypothesis_cases() -> tuple[list[Profile], list[tuple[dict[str, Any], int]]]:
+    """Profiles and pods drawn by the project's strategies, the same on every run."""
+    drawn_profiles: list[Profile] = []
+    drawn_pods: list[tuple[dict[str, Any], int]] = []
+    def common(examples: int) -> settings:
+        return settings(derandomize=True, database=None, phases=[Phase.generate],
+                        deadline=None, suppress_health_check=list(HealthCheck),
+                        max_examples=examples)
+
+    @common(HYPOTHESIS_PROFILES)
+    @given(profiles())
+    def draw_profile(profile: Profile) -> None:
+        drawn_profiles.append(profile)
+
+    @common(HYPOTHESIS_PODS)
+    @given(pods(), st.integers(0, max(HYPOTHESIS_PROFILES - 1, 0)))
+    def draw_pod(pod: dict[str, Any], index: int) -> None:
+        drawn_pods.append((pod, index))
+
+    draw_profile()
+    draw_pod()
+    return drawn_profiles, drawn_pods
+
+
+def _cases(workdir: Path) -> tuple[dict[str, Profile], list[Case]]:
+    """Every case, with profiles renamed t0.. (tables) and h0.. (hypothesis)."""
+    named: dict[str, Profile] = {}
+    by_repr: dict[str, str] = {}
+
+    def name_of(profile: Profile, prefix: str) -> str:
+        key = repr(dataclasses.replace(profile, name=""))
+        if key not in by_repr:
+            name = f"{prefix}{sum(n.startswith(prefix) for n in named)}"
+            by_repr[key] = name
+            named[name] = dataclasses.replace(profile, name=name)
+        return by_repr[key]
+
+    cases = [Case(test_id, pod, name_of(profile, "t"))
+             for test_id, pod, profile in table_cases(workdir)]
+    drawn_profiles, drawn_pods = _hypothesis_cases()
+    names = [name_of(p, "h") for p in drawn_profiles]
+    cases += [Case(f"hypothesis[{i}]", pod, names[index])
+              for i, (pod, index) in enumerate(drawn_pods) if names]
+    return named, cases
+
+
+def _api(cp: ControlPlane, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(f"{cp.server}{path}", data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, context=cp.admin_context(), timeout=30) as r:
+            return int(r.status), json.load(r)
+    except urllib.error.HTTPError as e:
+        return int(e.code), json.loads(e.read() or b"{}")
+
+
+def _stored(status: int, body: dict[str, Any]) -> Any:
+    """What is compared: the stored pod without volatile fields, or the refusal's reason."""
+    if status >= 300:
+        return {"refused": status, "reason": body.get("reason")}
+    metadata = {k: v for k, v in body["metadata"].items() if k not in VOLATILE}
+    return {"metadata": metadata, "spec": body["spec"]}
+
+
+def _pod(case: Case, name: str) -> dict[str, Any]:
+    pod = json.loads(json.dumps(case.pod))
+    pod.setdefault("apiVersion", "v1")
+    pod.setdefault("kind", "Pod")
+    metadata = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+    metadata = {**metadata, "name": name}
+    metadata.pop("namespace", None)
+    pod["metadata"] = metadata
+    for field in ("containers", "initContainers"):  # the engine ignores images; the API not
+        items = pod.get("spec", {}).get(field) if isinstance(pod.get("spec"), dict) else None
+        for c in items if isinstance(items, list) else []:
+            if isinstance(c, dict):
+                c.setdefault("image", "registry.example/app:1")
+    return pod
+
+
+def _probe(profile: Profile) -> dict[str, Any]:
+    """A pod every profile mutates (Burstable, limit only, labels its podSelector wants)."""
+    labels: dict[str, str] = {}
+    if profile.pod_selector is not None:
+        labels.update(profile.pod_selector.match_labels)
+        for key, operator, values in profile.pod_selector.match_expressions:
+            if operator == "In":
+                labels[key] = values[0]
+            elif operator == "Exists":
+                labels[key] = "x"
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "probe", "labels": labels},
+            "spec": {"containers": [{"name": "probe", "image": "registry.example/app:1",
+                                     "resources": {"limits": {"memory": "4Gi"}}}]}}
+
+
+@pytest.fixture(scope="module")
+def cluster(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[ControlPlane]:
+    if os.environ.get("SWAPWISE_SKIP_E2E") == "1":
+        pytest.skip("SWAPWISE_SKIP_E2E=1: end-to-end tests against a local control plane skipped")
+    with uncaptured(pytestconfig):
+        binaries = ensure_binaries(LINE, BINARIES)
+    with ControlPlane(binaries) as cp:
+        yield cp
+
+
+def _serve_both(cp: ControlPlane, workdir: Path, named: dict[str, Profile]) -> Swapwise:
+    """The webhook for namespaces labelled path=webhook, the policies for path=policy."""
+    policy_file = workdir / "policy.yaml"
+    policy_file.write_text(yaml.safe_dump({
+        "apiVersion": "swapwise.io/v1alpha1", "kind": "SwapPolicy",
+        "profiles": {name: profile_fields(p) for name, p in named.items()},
+    }))
+    server = Swapwise(workdir / "swapwise", policy=policy_file)
+    server.start()
+    config = webhook_configuration(server.url_base, server.ca_bundle, sorted(named),
+                                   failure_policy="Fail")
+    for hook in config["webhooks"]:
+        hook["namespaceSelector"]["matchExpressions"].append(
+            {"key": PATH_LABEL, "operator": "In", "values": ["webhook"]})
+    cp.apply(json.dumps(config))
+    objects = render_admission_policies(Policy(profiles=named), failure_policy="Fail")
+    for obj in objects:
+        if obj["kind"].endswith("Binding"):
+            obj["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"].append(
+                {"key": PATH_LABEL, "operator": "In", "values": ["policy"]})
+    (workdir / "admission-policies.yaml").write_text(yaml.safe_dump_all(objects))
+    cp.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+    for name, profile in named.items():
+        for path in ("webhook", "policy"):
+            cp.create_namespace(f"{path}-{name}", {PROFILE_LABEL: name, PATH_LABEL: path})
+    for name, profile in named.items():  # both paths live: a probe comes back mutated
+        for path in ("webhook", "policy"):
+            def mutated(ns: str = f"{path}-{name}", p: Profile = profile) -> bool:
+                status, body = _api(cp, "POST", f"/api/v1/namespaces/{ns}/pods?dryRun=All",
+                                    _probe(p))
+                annotations = body.get("metadata", {}).get("annotations") or {}
+                return status == 201 and annotations.get(PROFILE_LABEL) == p.name
+            cp.wait_for(mutated, 60, what=f"{path} path of profile {name}")
+    return server
+
+
+def test_rendered_policies_store_the_same_pods_as_the_webhook(
+    cluster: ControlPlane, tmp_path: Path
+) -> None:
+    named, cases = _cases(tmp_path)
+    server = _serve_both(cluster, tmp_path, named)
+    mismatches: list[str] = []
+    try:
+        for i, case in enumerate(cases):
+            name = f"case-{i}"
+            results = {}
+            for path in ("webhook", "policy"):
+                status, body = _api(cluster, "POST",
+                                    f"/api/v1/namespaces/{path}-{case.profile}/pods",
+                                    _pod(case, name))
+                results[path] = _stored(status, body)
+            if results["webhook"] != results["policy"]:
+                mismatches.append(
+                    f"{case.id} (profile {case.profile}):\n  pod: {json.dumps(case.pod)}\n"
+                    f"  webhook: {json.dumps(results['webhook'], sort_keys=True)}\n"
+                    f"  policy:  {json.dumps(results['policy'], sort_keys=True)}")
+    finally:
+        server.stop(grace=0)
+    (tmp_path / "mismatches.txt").write_text("\n".join(mismatches))
+    assert not mismatches, (f"{len(mismatches)} of {len(cases)} cases differ:\n"
+                            + "\n".join(mismatches[:10]))
+
+
+def test_warning_policy_explains_the_change(cluster: ControlPlane) -> None:
+    """kubectl create --dry-run=server shows the webhook's warning (with the API server's
+    prefix, which a ValidatingAdmissionPolicy cannot avoid)."""
+    objects = render_admission_policies(Policy(profiles={"warned": Profile(name="warned")}),
+                                        failure_policy="Fail")
+    cluster.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+    cluster.create_namespace("warned", {PROFILE_LABEL: "warned"})
+    pod = _probe(Profile(name="warned"))
+    pod["spec"]["containers"][0]["resources"]["limits"]["memory"] = "2Gi"
+    pod["spec"]["containers"][0]["name"] = "app"
+    want = ("Validation failed for ValidatingAdmissionPolicy 'swapwise-warned-warn' with "
+            "binding 'swapwise-warned-warn': swapwise: app memory request 2Gi -> 683Mi "
+            "(limit 2Gi)")
+
+    def warned() -> str | None:
+        out = cluster.kubectl("create", "--dry-run=server", "-n", "warned", "-o", "json",
+                              "-f", "-", input=json.dumps(pod))
+        return out.stderr if want in out.stderr else None
+
+    stderr = cluster.wait_for(warned, 60, what="the Warn policy's message")
+    assert stderr.count("swapwise:") == 1, stderr
