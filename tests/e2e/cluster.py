@@ -342,10 +342,13 @@ class ControlPlane:
         keep: bool | None = None,
         start_timeout: float = 90.0,
         bind_address: str = "127.0.0.1",
+        apiserver_args: Iterable[str] = (),
     ) -> None:
         """``bind_address``: where kube-apiserver listens. Loopback, unless the caller runs
-        in a network namespace of its own whose guests must reach it (tests/node)."""
+        in a network namespace of its own whose guests must reach it (tests/node).
+        ``apiserver_args``: extra kube-apiserver flags (e.g. feature gates), appended."""
         self.bin = binaries or bin_dir()
+        self.apiserver_args = list(apiserver_args)
         self.bind_address = bind_address
         self._own_workdir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="swapwise-e2e-"))
@@ -516,6 +519,7 @@ class ControlPlane:
                 f"--kubelet-client-certificate={pki / 'admin.crt'}",
                 f"--kubelet-client-key={pki / 'admin.key'}",
                 "--kubelet-preferred-address-types=InternalIP",
+                *self.apiserver_args,
             ],
         )
         self._write_kubeconfig()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -48,7 +49,13 @@ from webhook.render.admission_policy import render_admission_policies
 
 pytestmark = pytest.mark.e2e
 
-LINE = "1.37"
+# MutatingAdmissionPolicy is GA (v1) from 1.36; SWAPWISE_AP_LINE=1.34 runs the same test on
+# the default line with the v1beta1 API behind its feature gate.
+LINE = os.environ.get("SWAPWISE_AP_LINE", "1.37")
+API_VERSION = "v1beta1" if LINE in ("1.34", "1.35") else "v1"
+APISERVER_ARGS = ([] if API_VERSION == "v1" else [
+    "--feature-gates=MutatingAdmissionPolicy=true",
+    "--runtime-config=admissionregistration.k8s.io/v1beta1=true"])
 PATH_LABEL = "e2e.swapwise.io/path"  # which of the two paths serves a namespace
 HYPOTHESIS_PROFILES = int(os.environ.get("SWAPWISE_AP_PROFILES", "8"))
 HYPOTHESIS_PODS = int(os.environ.get("SWAPWISE_AP_PODS", "120"))
@@ -121,12 +128,36 @@ def _api(cp: ControlPlane, method: str, path: str, body: Any = None) -> tuple[in
         return int(e.code), json.loads(e.read() or b"{}")
 
 
+def _create_all(cp: ControlPlane, objects: list[dict[str, Any]]) -> None:
+    """POST each admission object (kubectl apply of ~100 large CEL objects is far slower)."""
+    for obj in objects:
+        group_version = obj["apiVersion"]
+        kind = obj["kind"].lower()
+        resource = kind[:-1] + "ies" if kind.endswith("y") else kind + "s"
+        status, body = _api(cp, "POST", f"/apis/{group_version}/{resource}", obj)
+        assert status == 201, f"{obj['kind']} {obj['metadata']['name']}: {status} {body}"
+
+
 def _stored(status: int, body: dict[str, Any]) -> Any:
     """What is compared: the stored pod without volatile fields, or the refusal's reason."""
     if status >= 300:
         return {"refused": status, "reason": body.get("reason")}
     metadata = {k: v for k, v in body["metadata"].items() if k not in VOLATILE}
-    return {"metadata": metadata, "spec": body["spec"]}
+    # The service-account token volume gets a random name on every create.
+    spec = json.loads(re.sub(r"kube-api-access-[a-z0-9]{5}", "kube-api-access-*",
+                             json.dumps(body["spec"])))
+    return {"metadata": metadata, "spec": spec}
+
+
+def _differences(a: Any, b: Any, path: str = "") -> list[str]:
+    """Where two JSON values differ, as `path: a != b` lines."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [line for key in sorted(set(a) | set(b))
+                for line in _differences(a.get(key), b.get(key), f"{path}.{key}")]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [line for i, (x, y) in enumerate(zip(a, b))
+                for line in _differences(x, y, f"{path}[{i}]")]
+    return [] if a == b else [f"{path or '.'}: webhook {json.dumps(a)} != policy {json.dumps(b)}"]
 
 
 def _pod(case: Case, name: str) -> dict[str, Any]:
@@ -168,7 +199,7 @@ def cluster(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactor
         pytest.skip("SWAPWISE_SKIP_E2E=1: end-to-end tests against a local control plane skipped")
     with uncaptured(pytestconfig):
         binaries = ensure_binaries(LINE, BINARIES)
-    with ControlPlane(binaries) as cp:
+    with ControlPlane(binaries, apiserver_args=APISERVER_ARGS) as cp:
         yield cp
 
 
@@ -187,13 +218,14 @@ def _serve_both(cp: ControlPlane, workdir: Path, named: dict[str, Profile]) -> S
         hook["namespaceSelector"]["matchExpressions"].append(
             {"key": PATH_LABEL, "operator": "In", "values": ["webhook"]})
     cp.apply(json.dumps(config))
-    objects = render_admission_policies(Policy(profiles=named), failure_policy="Fail")
+    objects = render_admission_policies(Policy(profiles=named), API_VERSION,
+                                        failure_policy="Fail")
     for obj in objects:
         if obj["kind"].endswith("Binding"):
             obj["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"].append(
                 {"key": PATH_LABEL, "operator": "In", "values": ["policy"]})
     (workdir / "admission-policies.yaml").write_text(yaml.safe_dump_all(objects))
-    cp.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+    _create_all(cp, objects)
     for name, profile in named.items():
         for path in ("webhook", "policy"):
             cp.create_namespace(f"{path}-{name}", {PROFILE_LABEL: name, PATH_LABEL: path})
@@ -224,10 +256,9 @@ def test_rendered_policies_store_the_same_pods_as_the_webhook(
                                     _pod(case, name))
                 results[path] = _stored(status, body)
             if results["webhook"] != results["policy"]:
-                mismatches.append(
-                    f"{case.id} (profile {case.profile}):\n  pod: {json.dumps(case.pod)}\n"
-                    f"  webhook: {json.dumps(results['webhook'], sort_keys=True)}\n"
-                    f"  policy:  {json.dumps(results['policy'], sort_keys=True)}")
+                diff = "\n    ".join(_differences(results["webhook"], results["policy"]))
+                mismatches.append(f"{case.id} (profile {case.profile}, {name}):\n"
+                                  f"  pod: {json.dumps(case.pod)}\n    {diff}")
     finally:
         server.stop(grace=0)
     (tmp_path / "mismatches.txt").write_text("\n".join(mismatches))
@@ -239,8 +270,8 @@ def test_warning_policy_explains_the_change(cluster: ControlPlane) -> None:
     """kubectl create --dry-run=server shows the webhook's warning (with the API server's
     prefix, which a ValidatingAdmissionPolicy cannot avoid)."""
     objects = render_admission_policies(Policy(profiles={"warned": Profile(name="warned")}),
-                                        failure_policy="Fail")
-    cluster.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+                                        API_VERSION, failure_policy="Fail")
+    _create_all(cluster, objects)
     cluster.create_namespace("warned", {PROFILE_LABEL: "warned"})
     pod = _probe(Profile(name="warned"))
     pod["spec"]["containers"][0]["resources"]["limits"]["memory"] = "2Gi"

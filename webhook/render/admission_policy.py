@@ -464,12 +464,13 @@ class _Cel:
                         f"{terms}.transformList(j, t, {existing}.size() > 0 && "
                         f"{lacks(existing, w)}, "
                         f"{op('add', term_path + ' + ' + q('/matchExpressions/-'), lit(w))})")
-            out.append(f"({terms}.size() == 0 ? {chain} : {' + '.join(per_term)})")
+            # CEL: a ternary in a then-branch needs parentheses
+            out.append(f"({terms}.size() == 0 ? ({chain}) : {' + '.join(per_term)})")
         elif wanted:
             terms = f"{node_affinity}.?{PREFERRED}.orValue([])"
             entry = {"weight": placement.weight, "preference": {"matchExpressions": wanted}}
-            present = (f"{terms}.exists(pt, " + " && ".join(
-                "!" + lacks("pt.?preference.?matchExpressions.orValue([])", w).lstrip("!")
+            present = (f"{terms}.exists(pt, " + " && ".join(  # every wanted one is there
+                lacks("pt.?preference.?matchExpressions.orValue([])", w).removeprefix("!")
                 for w in wanted) + ")")
             out.append(
                 f"({present} ? [] : {terms}.size() > 0 ? "
