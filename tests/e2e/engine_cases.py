@@ -65,7 +65,7 @@ def table_cases(workdir: Path) -> list[Case]:
          "-p", "no:cacheprovider", "tests/engine"],
         cwd=ROOT, env=env, check=True, capture_output=True, timeout=600,
     )
-    cases: list[Case] = pickle.loads(out.read_bytes())  # noqa: S301 - our own file
+    cases: list[Case] = pickle.loads(out.read_bytes())
     seen: set[str] = set()
     distinct = []
     for case in cases:

@@ -155,7 +155,7 @@ def _differences(a: Any, b: Any, path: str = "") -> list[str]:
         return [line for key in sorted(set(a) | set(b))
                 for line in _differences(a.get(key), b.get(key), f"{path}.{key}")]
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        return [line for i, (x, y) in enumerate(zip(a, b))
+        return [line for i, (x, y) in enumerate(zip(a, b, strict=False))
                 for line in _differences(x, y, f"{path}[{i}]")]
     return [] if a == b else [f"{path or '.'}: webhook {json.dumps(a)} != policy {json.dumps(b)}"]
 
@@ -226,7 +226,7 @@ def _serve_both(cp: ControlPlane, workdir: Path, named: dict[str, Profile]) -> S
                 {"key": PATH_LABEL, "operator": "In", "values": ["policy"]})
     (workdir / "admission-policies.yaml").write_text(yaml.safe_dump_all(objects))
     _create_all(cp, objects)
-    for name, profile in named.items():
+    for name in named:
         for path in ("webhook", "policy"):
             cp.create_namespace(f"{path}-{name}", {PROFILE_LABEL: name, PATH_LABEL: path})
     for name, profile in named.items():  # both paths live: a probe comes back mutated

@@ -7,7 +7,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from webhook.policy import compile_profile, ProfileSpec
+from webhook.policy import ProfileSpec, compile_profile
 from webhook.profile import Profile
 from webhook.quantity import format_bytes
 

@@ -372,10 +372,14 @@ class _Cel:
         empty = ("(c.?resources.?requests.orValue({}).size() == 0 && "
                  "c.?resources.?limits.orValue({}).size() == 0 && "
                  "c.?resources.?claims.orValue([]).size() == 0)")
+        default_map = "{" + q("memory") + ": " + q(default) + "}"
         for kind, items, pointer in KINDS:
             v = f"variables.{kind}"
             new = f"{v}NewS[i]"
-            path = lambda suffix, pointer=pointer: self._path(pointer, suffix)  # noqa: E731
+
+            def path(suffix: str, pointer: str = pointer) -> str:
+                return self._path(pointer, suffix)
+
             whole = f"{{'requests': {{'memory': {new}}}, 'limits': {{'memory': {q(default)}}}}}"
             request = (
                 f"{v}Mode[i] == 'target' ? {op('add', path('/resources/requests/memory'), new)}"
@@ -389,7 +393,7 @@ class _Cel:
                 f"{v}Mode[i] == 'vpa' ? {op('add', path('/resources/limits/memory'), new)}"
                 f" : c.?resources.?limits.orValue({{}}).size() > 0"
                 f" ? {op('add', path('/resources/limits/memory'), q(default))}"
-                f" : {op('add', path('/resources/limits'), '{' + q('memory') + ': ' + q(default) + '}')}"
+                f" : {op('add', path('/resources/limits'), default_map)}"
             )
             out.append(f"{items}.transformList(i, c, {v}Chg[i] && ({v}Mode[i] == 'vpa' || "
                        f"({v}Mode[i] == 'default' && !{empty})), {limit})")
@@ -410,7 +414,8 @@ class _Cel:
             replace = op("replace",
                          f"'{pointer}/' + string(i) + '/resizePolicy/' + string({index})"
                          " + '/restartPolicy'", q(RESTART))
-            change = (f"{rp}.size() == 0 ? {op('add', self._path(pointer, '/resizePolicy'), '[' + entry + ']')}"
+            first = op("add", self._path(pointer, "/resizePolicy"), "[" + entry + "]")
+            change = (f"{rp}.size() == 0 ? {first}"
                       f" : {memory}.size() == 0 ? "
                       f"{op('add', self._path(pointer, '/resizePolicy/-'), entry)} : {replace}")
             out.append(
@@ -433,7 +438,7 @@ class _Cel:
                              f"{node_affinity}.?{PREFERRED}.hasValue()")
         wanted = [{"key": k, "operator": "In", "values": [v]} for k, v in placement.node_selector]
         out: list[str] = []
-        base = f"/spec/affinity/nodeAffinity"
+        base = "/spec/affinity/nodeAffinity"
 
         def lacks(expressions: str, w: dict[str, Any]) -> str:
             return (f"!{expressions}.exists(e, e.key == {q(w['key'])} && e.operator == 'In' && "
@@ -442,9 +447,11 @@ class _Cel:
         if wanted and placement.mode == "required":
             terms = f"{node_affinity}.?{REQUIRED}.?nodeSelectorTerms.orValue([])"
             new_terms = [{"matchExpressions": wanted}]
+            required = {REQUIRED: {"nodeSelectorTerms": new_terms}}
             chain = (
-                f"!({affinity_set}) ? [{op('add', q('/spec/affinity'), lit({'nodeAffinity': {REQUIRED: {'nodeSelectorTerms': new_terms}}}))}]"
-                f" : !({node_affinity_set}) ? [{op('add', q(base), lit({REQUIRED: {'nodeSelectorTerms': new_terms}}))}]"
+                f"!({affinity_set}) ? "
+                f"[{op('add', q('/spec/affinity'), lit({'nodeAffinity': required}))}]"
+                f" : !({node_affinity_set}) ? [{op('add', q(base), lit(required))}]"
                 f" : !{node_affinity}.?{REQUIRED}.?nodeSelectorTerms.hasValue() ? "
                 f"[{op('add', q(base + '/' + REQUIRED), lit({'nodeSelectorTerms': new_terms}))}]"
                 f" : [{op('add', q(base + '/' + REQUIRED + '/nodeSelectorTerms'), lit(new_terms))}]"
@@ -511,6 +518,12 @@ class _Cel:
         old = f"{orig}.orValue('')"
         name = q(p.name)
         ann = "object.metadata.?annotations"
+        profile_only = f"{{{q(PROFILE_ANNOTATION)}: {name}}}"
+        with_orig = (f"{{{q(PROFILE_ANNOTATION)}: {name}, "
+                     f"{q(ORIGINAL_ANNOTATION)}: variables.origJSON}}")
+        both = f"variables.writeOrig ? {with_orig} : {profile_only}"
+        write_orig = op("add", q("/metadata/annotations/swapwise.io~1original"),
+                        "variables.origJSON")
         return [
             ("placement", placement),
             ("core", f"variables.vpaSkip ? [] : {changes} + "
@@ -524,10 +537,10 @@ class _Cel:
                           "variables.origEntries.size() > 0)"),
             ("annOps",
              f"variables.core.size() == 0 ? [] : !has(object.metadata.annotations) ? "
-             f"[{op('add', q('/metadata/annotations'), f'variables.writeOrig ? {{{q(PROFILE_ANNOTATION)}: {name}, {q(ORIGINAL_ANNOTATION)}: variables.origJSON}} : {{{q(PROFILE_ANNOTATION)}: {name}}}')}] : "
+             f"[{op('add', q('/metadata/annotations'), both)}] : "
              f"({ann}[?{q(PROFILE_ANNOTATION)}].orValue('') == {name} ? [] : "
              f"[{op('add', q('/metadata/annotations/swapwise.io~1profile'), name)}]) + "
-             f"(variables.writeOrig ? [{op('add', q('/metadata/annotations/swapwise.io~1original'), 'variables.origJSON')}] : [])"),
+             f"(variables.writeOrig ? [{write_orig}] : [])"),
         ]
 
 
@@ -642,7 +655,7 @@ def render_target(
             "failurePolicy": "Ignore",
             "matchConstraints": rules,
             "matchConditions": conditions,
-            "variables": _variables(shared + [("msgs", cel.warning_messages())]),
+            "variables": _variables([*shared, ("msgs", cel.warning_messages())]),
             "validations": slots,
         },
     }
