@@ -343,12 +343,16 @@ class ControlPlane:
         start_timeout: float = 90.0,
         bind_address: str = "127.0.0.1",
         apiserver_args: Iterable[str] = (),
+        apiserver: Path | None = None,
     ) -> None:
         """``bind_address``: where kube-apiserver listens. Loopback, unless the caller runs
         in a network namespace of its own whose guests must reach it (tests/node).
-        ``apiserver_args``: extra kube-apiserver flags (e.g. feature gates), appended."""
+        ``apiserver_args``: extra kube-apiserver flags (e.g. feature gates), appended.
+        ``apiserver``: a kube-apiserver binary of another line than ``binaries`` (the
+        rest of the control plane may be up to three minors older)."""
         self.bin = binaries or bin_dir()
         self.apiserver_args = list(apiserver_args)
+        self.apiserver = apiserver or self.bin / "kube-apiserver"
         self.bind_address = bind_address
         self._own_workdir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="swapwise-e2e-"))
@@ -486,7 +490,7 @@ class ControlPlane:
         api = self._component(
             "kube-apiserver",
             [
-                str(self.bin / "kube-apiserver"),
+                str(self.apiserver),
                 f"--etcd-servers={self.etcd_url}",
                 f"--bind-address={self.bind_address}",
                 "--advertise-address=127.0.0.1",
