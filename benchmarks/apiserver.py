@@ -145,11 +145,14 @@ def main() -> None:
     parser.add_argument("--k8s", default=DEFAULT_LINE,
                         help=f"Kubernetes line of the control plane (default {DEFAULT_LINE})")
     args = parser.parse_args()
-    binaries = bin_dir(args.k8s)
+    # Only kube-apiserver comes from --k8s: it is what admits pods (as in the e2e test).
+    binaries = bin_dir(DEFAULT_LINE)
+    apiserver = bin_dir(args.k8s) / "kube-apiserver"
     missing = missing_binaries(binaries, BINARIES)
-    if missing:
-        raise SystemExit(f"control plane binaries missing ({', '.join(missing)}): run "
-                         f"SWAPWISE_K8S_VERSION={args.k8s} tests/e2e/build-control-plane.sh")
+    if missing or not apiserver.exists():
+        raise SystemExit(f"control plane binaries missing ({', '.join(missing) or apiserver}):"
+                         " run tests/e2e/build-control-plane.sh (SWAPWISE_K8S_VERSION="
+                         f"{args.k8s} ... kube-apiserver for the API server)")
     api_version = "v1beta1" if args.k8s in ("1.34", "1.35") else "v1"
     gates = [] if api_version == "v1" else [
         "--feature-gates=MutatingAdmissionPolicy=true",
@@ -157,7 +160,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="swapwise-bench-api-"))
     policy = work / "policy.yaml"
     policy.write_bytes(POLICY)
-    with ControlPlane(binaries, apiserver_args=gates) as cp, \
+    with ControlPlane(binaries, apiserver_args=gates, apiserver=apiserver) as cp, \
             Swapwise(work / "swapwise", policy) as webhook:
         admission_policies(cp, api_version)
         cp.create_namespace(WEBHOOK_NS, {"swapwise.io/profile": "sandbox"})
