@@ -7,7 +7,10 @@ kube-apiserver v1.37: once in a namespace served by `swapwise serve` (the webhoo
 a namespace served by the rendered MutatingAdmissionPolicy. The two stored pods must be
 equal field by field, except the fields every create makes up (uid, timestamps, ...) and
 `managedFields` (who wrote what: the webhook and the policy are different managers).
-A pod the API server refuses must be refused on both paths with the same reason.
+A pod the API server refuses must be refused on both paths with the same reason. The
+warnings returned with each create must be the webhook's too, after the API server's prefix,
+except those docs/admission-policy.md names (the resizePolicy and unreadable-annotation
+warnings; pods that arrive with a swapwise.io/original annotation).
 
 Both paths use failurePolicy Fail here, so a CEL error fails the test instead of silently
 leaving a pod unchanged. The 1.37 binaries are built (into their own cache directory) when
@@ -126,6 +129,34 @@ def _api(cp: ControlPlane, method: str, path: str, body: Any = None) -> tuple[in
             return int(r.status), json.load(r)
     except urllib.error.HTTPError as e:
         return int(e.code), json.loads(e.read() or b"{}")
+
+
+def _create_pod(cp: ControlPlane, namespace: str, pod: dict[str, Any]
+                ) -> tuple[int, Any, list[str]]:
+    """POST a pod: status, body, and the warnings the API server returned with it."""
+    request = urllib.request.Request(f"{cp.server}/api/v1/namespaces/{namespace}/pods",
+                                     data=json.dumps(pod).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, context=cp.admin_context(), timeout=30) as r:
+            status, body, headers = int(r.status), json.load(r), r.headers
+    except urllib.error.HTTPError as e:
+        status, body, headers = int(e.code), json.loads(e.read() or b"{}"), e.headers
+    warnings = []
+    for header in headers.get_all("Warning") or []:
+        match = re.fullmatch(r'\d{3} \S+ "(.*)"', header)
+        if match:
+            warnings.append(match.group(1).replace('\\"', '"').replace("\\\\", "\\"))
+    return status, body, warnings
+
+
+# Webhook warnings a Warn policy cannot give (docs/admission-policy.md), and the prefix the
+# API server puts before every Warn message.
+NOT_REPEATED = re.compile(r"swapwise: (\S+ memory resizePolicy .* -> RestartContainer "
+                          r"\(required with swap\)|ignored unreadable swapwise\.io/original.*)")
+ORIGINAL = "swapwise.io/original"
+WARN_PREFIX = re.compile(r"Validation failed for ValidatingAdmissionPolicy '[^']+' with "
+                         r"binding '[^']+': ")
 
 
 def _create_all(cp: ControlPlane, objects: list[dict[str, Any]]) -> None:
@@ -250,15 +281,27 @@ def test_rendered_policies_store_the_same_pods_as_the_webhook(
     named, cases = _cases(tmp_path)
     server = _serve_both(cluster, tmp_path, named)
     mismatches: list[str] = []
+    warning_mismatches: list[str] = []
+    compared = 0  # cases whose warnings were compared and not empty
     try:
         for i, case in enumerate(cases):
             name = f"case-{i}"
             results = {}
+            warned = {}
             for path in ("webhook", "policy"):
-                status, body = _api(cluster, "POST",
-                                    f"/api/v1/namespaces/{path}-{case.profile}/pods",
-                                    _pod(case, name))
+                status, body, warnings = _create_pod(cluster, f"{path}-{case.profile}",
+                                                     _pod(case, name))
                 results[path] = _stored(status, body)
+                warned[path] = warnings if status == 201 else []
+            expected = [w for w in warned["webhook"] if not NOT_REPEATED.fullmatch(w)]
+            given = [WARN_PREFIX.sub("", w, count=1) for w in warned["policy"]]
+            # The Warn policy reads its "before" from swapwise.io/original: a pod that came
+            # with one (a second pass, a copy) is warned as if this admission changed it.
+            annotated = ORIGINAL in json.dumps(case.pod.get("metadata") or {})
+            compared += bool(expected) and not annotated
+            if expected != given and not annotated:
+                warning_mismatches.append(f"{case.id} (profile {case.profile}, {name}): "
+                                          f"webhook {expected} != policy {given}")
             if results["webhook"] != results["policy"]:
                 diff = "\n    ".join(_differences(results["webhook"], results["policy"]))
                 mismatches.append(f"{case.id} (profile {case.profile}, {name}):\n"
@@ -268,6 +311,10 @@ def test_rendered_policies_store_the_same_pods_as_the_webhook(
     (tmp_path / "mismatches.txt").write_text("\n".join(mismatches))
     assert not mismatches, (f"{len(mismatches)} of {len(cases)} cases differ:\n"
                             + "\n".join(mismatches[:10]))
+    # The Warn policy gives the webhook's warnings, but for the differences named above.
+    assert compared > 20, f"only {compared} cases had warnings to compare"
+    assert not warning_mismatches, (f"{len(warning_mismatches)} of {len(cases)} cases warn "
+                                    "differently:\n" + "\n".join(warning_mismatches[:10]))
 
 
 def test_warning_policy_explains_the_change(cluster: ControlPlane) -> None:

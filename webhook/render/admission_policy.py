@@ -652,7 +652,7 @@ def render_target(
         "kind": "ValidatingAdmissionPolicy",
         "metadata": {"name": warn, "labels": labels},
         "spec": {
-            "failurePolicy": "Ignore",
+            "failurePolicy": failure_policy,
             "matchConstraints": rules,
             "matchConditions": conditions,
             "variables": _variables([*shared, ("msgs", cel.warning_messages())]),
