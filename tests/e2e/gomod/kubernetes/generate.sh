@@ -17,16 +17,16 @@ if [[ ${1:-} == --check ]]; then check=1; shift; fi
 k8s_version=${1:-v1.34.4}
 staging_version=v0.${k8s_version#v1.}   # v1.34.4 -> v0.34.4
 k8s_line=$(cut -d. -f1-2 <<<"${k8s_version#v}")  # v1.37.2 -> 1.37
-script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-if [[ $k8s_line == 1.34 ]]; then here=$script_dir; else here=$script_dir/../kubernetes-$k8s_line; fi
-mkdir -p "$here"
-here=$(cd "$here" && pwd)
-module_name=swapwise.local/e2e/$(basename "$here")
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+if [[ $k8s_line == 1.34 ]]; then mod_dir=$here; else mod_dir=$here/../kubernetes-$k8s_line; fi
+mkdir -p "$mod_dir"
+mod_dir=$(cd "$mod_dir" && pwd)
+module_name=swapwise.local/e2e/$(basename "$mod_dir")
 # shellcheck source=../../../go-env.sh
-source "$script_dir/../../../go-env.sh"
+source "$here/../../../go-env.sh"
 export GOFLAGS="${GOFLAGS:-} -mod=mod" GOTOOLCHAIN=local
 
-upstream_mod=$(cd "$here" && go mod download -json "k8s.io/kubernetes@${k8s_version}" \
+upstream_mod=$(cd "$mod_dir" && go mod download -json "k8s.io/kubernetes@${k8s_version}" \
   | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
 [[ -f $upstream_mod ]] || { echo "cannot find go.mod of k8s.io/kubernetes@${k8s_version}" >&2; exit 1; }
 
@@ -55,18 +55,18 @@ render_mod() {
 if (( check )); then
   # Compare only the parts this script owns; `go mod tidy` adds the indirect require block.
   want=$(render_mod | grep -E '^(go |godebug |require k8s.io/kubernetes |	k8s\.io/.* => )')
-  have=$(grep -E '^(go |godebug |require k8s.io/kubernetes |	k8s\.io/.* => )' "$here/go.mod" || true)
+  have=$(grep -E '^(go |godebug |require k8s.io/kubernetes |	k8s\.io/.* => )' "$mod_dir/go.mod" || true)
   if [[ $want != "$have" ]]; then
-    echo "tests/e2e/gomod/$(basename "$here")/go.mod is stale for ${k8s_version}; run $0 ${k8s_version}" >&2
+    echo "tests/e2e/gomod/$(basename "$mod_dir")/go.mod is stale for ${k8s_version}; run $0 ${k8s_version}" >&2
     diff <(echo "$want") <(echo "$have") >&2 || true
     exit 1
   fi
   exit 0
 fi
 
-render_mod > "$here/go.mod"
-rm -f "$here/go.sum"
-cat > "$here/tools.go" <<GO
+render_mod > "$mod_dir/go.mod"
+rm -f "$mod_dir/go.sum"
+cat > "$mod_dir/tools.go" <<GO
 //go:build tools
 
 // Package tools pins the control plane commands and the real-node kubelet so that
@@ -82,5 +82,5 @@ import (
 	_ "k8s.io/kubernetes/cmd/kubectl"
 )
 GO
-(cd "$here" && go mod tidy)
-echo "wrote $here/{go.mod,go.sum,tools.go} for k8s.io/kubernetes ${k8s_version} (${#staging[@]} staging modules)"
+(cd "$mod_dir" && go mod tidy)
+echo "wrote $mod_dir/{go.mod,go.sum,tools.go} for k8s.io/kubernetes ${k8s_version} (${#staging[@]} staging modules)"
