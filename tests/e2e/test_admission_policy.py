@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jsonpatch
 import pytest
 import yaml
 from hypothesis import HealthCheck, Phase, given, settings
@@ -46,7 +47,8 @@ from tests.e2e.engine_cases import table_cases
 from tests.support.profile_spec import profile_fields
 from tests.support.progress import uncaptured
 from tests.support.strategies import pods, profiles
-from webhook.policy import Policy
+from webhook.engine import mutate_pod
+from webhook.policy import Policy, build_policy
 from webhook.profile import Profile
 from webhook.render.admission_policy import render_admission_policies
 
@@ -338,3 +340,31 @@ def test_warning_policy_explains_the_change(cluster: ControlPlane) -> None:
 
     stderr = cluster.wait_for(warned, 60, what="the Warn policy's message")
     assert stderr.count("swapwise:") == 1, stderr
+
+
+def test_namespace_override_gets_its_own_policy(cluster: ControlPlane) -> None:
+    """A namespace override is served by its own policy; the profile's other namespaces keep
+    the profile's values. The expected requests are the engine's, for each namespace."""
+    document = {"apiVersion": "swapwise.io/v1alpha1", "kind": "SwapPolicy",
+                "profiles": {"ov": {}}, "namespaces": {"ov-team": {"requestRatio": 0.25}}}
+    policy = build_policy(document)
+    _create_all(cluster, render_admission_policies(policy, API_VERSION, failure_policy="Fail"))
+    pod = _probe(Profile(name="ov"))
+    requests = []
+    for namespace in ("ov-team", "ov-other"):
+        cluster.create_namespace(namespace, {PROFILE_LABEL: "ov"})
+        profile = policy.resolve("ov", namespace)
+        assert profile is not None
+        mutation = mutate_pod(pod, profile)
+        want = jsonpatch.apply_patch(pod, mutation.patch)["spec"]["containers"][0]["resources"]
+
+        def stored(ns: str = namespace) -> Any:
+            status, body = _api(cluster, "POST", f"/api/v1/namespaces/{ns}/pods?dryRun=All",
+                                {**pod, "metadata": {"name": "ov"}})
+            annotations = body.get("metadata", {}).get("annotations") or {}
+            return body if status == 201 and PROFILE_LABEL in annotations else None
+
+        got = cluster.wait_for(stored, 60, what=f"policy for {namespace}")
+        assert got["spec"]["containers"][0]["resources"] == want
+        requests.append(want["requests"]["memory"])
+    assert requests[0] != requests[1], "the override must change the request"
