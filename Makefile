@@ -57,8 +57,11 @@ $(COMPAT)/%/.installed: pyproject.toml constraints/%.txt
 e2e: venv control-plane prometheus vpa
 	$(BIN)/pytest -m e2e tests/e2e
 
+## The 1.34 control plane, and the 1.37 kube-apiserver that tests/e2e/test_admission_policy.py
+## proves the admission policies on (MutatingAdmissionPolicy is GA from 1.36).
 control-plane:
 	tests/e2e/build-control-plane.sh
+	SWAPWISE_K8S_VERSION=1.37 tests/e2e/build-control-plane.sh kube-apiserver
 
 ## promtool and prometheus from Go modules (alert rule tests, dashboard queries, a real
 ## Prometheus scraping swapwise), cached under ~/.cache/swapwise/prometheus like the above.

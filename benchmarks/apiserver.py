@@ -1,6 +1,7 @@
-"""What a pod creation pays for swapwise: API-server latency with and without the webhook.
+"""What a pod creation pays for swapwise: API-server latency with and without the webhook,
+and with the webhook-less mode (``swapwise render admission-policy``) instead.
 
-    python -m benchmarks.apiserver [--pods 300]
+    python -m benchmarks.apiserver [--pods 300] [--k8s 1.37]
 
 Starts the e2e control plane (tests/e2e/cluster.py: etcd, kube-apiserver, scheduler,
 controller-manager built by tests/e2e/build-control-plane.sh) and ``swapwise serve``,
@@ -9,13 +10,17 @@ creates the same 4-container pod alternately in such a namespace and in an unlab
 one, over one keep-alive HTTPS connection with the admin certificate (kubectl would add
 a process start per pod). The difference of the medians is swapwise's cost per pod:
 the API server's webhook call (TLS, AdmissionReview encode/decode, our answer) and the
-patch it applies and re-validates.
+patch it applies and re-validates. Two more namespaces get the same profile from the
+rendered admission policies instead (MutatingAdmissionPolicy + the Warn
+ValidatingAdmissionPolicy, and the mutating policy alone): the CEL runs inside the API
+server, with no call out. On 1.34 they need the v1beta1 API behind its feature gate.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import ssl
 import subprocess
@@ -30,16 +35,23 @@ import httpx
 from benchmarks.common import machine, percentile, report
 from benchmarks.payloads import POLICY_YAML, pod
 from tests.e2e.cluster import (
+    BINARIES,
+    DEFAULT_LINE,
     ControlPlane,
     Swapwise,
+    bin_dir,
     free_port,
     missing_binaries,
     register_webhook,
     wait_for_mutation,
 )
+from webhook.policy import Policy, parse_policy
+from webhook.render.admission_policy import render_admission_policies
 
 WEBHOOK_NS, LEAN_NS, NOOP_NS, FLOOR_NS, PLAIN_NS = (
     "bench-swapwise", "bench-lean", "bench-noop", "bench-floor", "bench-plain")
+POLICY_NS, POLICY_ONLY_NS = "bench-policy", "bench-policy-nowarn"
+MUTATED = (WEBHOOK_NS, LEAN_NS, POLICY_NS, POLICY_ONLY_NS)
 # "noop": the webhook is called, decides to leave the pod alone (its podSelector never
 # matches) and answers without a patch, which separates the call from the patch.
 # "lean": requests only (no resizePolicy, no placement), a 5-op patch instead of 10.
@@ -54,7 +66,9 @@ POLICY = POLICY_YAML + b"""\
 """
 LABELS = {WEBHOOK_NS: "swapwise, patch", LEAN_NS: "swapwise, lean patch",
           NOOP_NS: "swapwise, no patch",
-          FLOOR_NS: "minimal webhook (floor)", PLAIN_NS: "no webhook"}
+          FLOOR_NS: "minimal webhook (floor)", PLAIN_NS: "no webhook",
+          POLICY_NS: "admission policies (mutate + warn)",
+          POLICY_ONLY_NS: "admission policy (mutate only)"}
 
 
 def bench_pod() -> dict[str, Any]:
@@ -77,7 +91,7 @@ def create(client: httpx.Client, namespace: str, body: dict[str, Any]) -> float:
     if reply.status_code != 201:
         raise SystemExit(f"pod create in {namespace}: {reply.status_code} {reply.text[:300]}")
     annotations = reply.json()["metadata"].get("annotations") or {}
-    if (namespace in (WEBHOOK_NS, LEAN_NS)) != ("swapwise.io/profile" in annotations):
+    if (namespace in MUTATED) != ("swapwise.io/profile" in annotations):
         raise SystemExit(f"unexpected mutation state in {namespace}: {annotations}")
     return elapsed * 1000
 
@@ -110,18 +124,45 @@ def established(port: int) -> int:
     return count
 
 
+def admission_policies(cp: ControlPlane, api_version: str) -> None:
+    """The sandbox profile as rendered admission policies, under two profile names: one
+    with the Warn policy, one without it (its binding left out)."""
+    sandbox = parse_policy(POLICY.decode()).profiles["sandbox"]
+    for name, namespace, warn in (("apsandbox", POLICY_NS, True),
+                                  ("apnowarn", POLICY_ONLY_NS, False)):
+        profile = dataclasses.replace(sandbox, name=name)
+        objects = render_admission_policies(Policy(profiles={name: profile}), api_version)
+        if not warn:
+            objects = [o for o in objects if o["kind"] != "ValidatingAdmissionPolicyBinding"]
+        cp.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+        cp.create_namespace(namespace, {"swapwise.io/profile": name})
+        wait_for_mutation(cp, namespace)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--pods", type=int, default=300, help="pods per namespace")
+    parser.add_argument("--k8s", default=DEFAULT_LINE,
+                        help=f"Kubernetes line of the control plane (default {DEFAULT_LINE})")
     args = parser.parse_args()
-    missing = missing_binaries()
-    if missing:
-        raise SystemExit(f"control plane binaries missing ({', '.join(missing)}): "
-                         "run tests/e2e/build-control-plane.sh (make control-plane) first")
+    # Only kube-apiserver comes from --k8s: it is what admits pods (as in the e2e test).
+    binaries = bin_dir(DEFAULT_LINE)
+    apiserver = bin_dir(args.k8s) / "kube-apiserver"
+    missing = missing_binaries(binaries, BINARIES)
+    if missing or not apiserver.exists():
+        raise SystemExit(f"control plane binaries missing ({', '.join(missing) or apiserver}):"
+                         " run tests/e2e/build-control-plane.sh (SWAPWISE_K8S_VERSION="
+                         f"{args.k8s} ... kube-apiserver for the API server)")
+    api_version = "v1beta1" if args.k8s in ("1.34", "1.35") else "v1"
+    gates = [] if api_version == "v1" else [
+        "--feature-gates=MutatingAdmissionPolicy=true",
+        "--runtime-config=admissionregistration.k8s.io/v1beta1=true"]
     work = Path(tempfile.mkdtemp(prefix="swapwise-bench-api-"))
     policy = work / "policy.yaml"
     policy.write_bytes(POLICY)
-    with ControlPlane() as cp, Swapwise(work / "swapwise", policy) as webhook:
+    with ControlPlane(binaries, apiserver_args=gates, apiserver=apiserver) as cp, \
+            Swapwise(work / "swapwise", policy) as webhook:
+        admission_policies(cp, api_version)
         cp.create_namespace(WEBHOOK_NS, {"swapwise.io/profile": "sandbox"})
         cp.create_namespace(LEAN_NS, {"swapwise.io/profile": "lean"})
         cp.create_namespace(NOOP_NS, {"swapwise.io/profile": "noop"})
@@ -173,6 +214,12 @@ def main() -> None:
            ["namespace", "pods", "p50", "p90", "p99"])
     print(f"\nswapwise overhead per pod (difference of medians): {overhead:.2f} ms; "
           f"without a patch: {call_only:.2f} ms; a minimal webhook: {any_webhook:.2f} ms")
+    medians = {ns: percentile(values, 50) for ns, values in samples.items()}
+    print("ratios of medians (kube-apiserver "
+          f"{args.k8s}): webhook / no mutation {medians[WEBHOOK_NS] / without:.2f}; "
+          f"admission policies / no mutation {medians[POLICY_NS] / without:.2f}; "
+          f"admission policies / webhook {medians[POLICY_NS] / medians[WEBHOOK_NS]:.2f}; "
+          f"mutating policy only / webhook {medians[POLICY_ONLY_NS] / medians[WEBHOOK_NS]:.2f}")
     for hook, (total, count) in sorted(after.items()):
         base_total, base_count = before.get(hook, (0.0, 0.0))
         if count > base_count:

@@ -19,6 +19,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.support import docs
 from tests.support.server_proc import free_port
@@ -183,6 +184,15 @@ def check_stated_result(command: docs.Command, out: subprocess.CompletedProcess[
         assert sorted(p.name for p in directory.iterdir()) == ["ca.crt", "tls.crt", "tls.key"]
     elif words.startswith(".venv/bin/swapwise plan"):
         assert "cold memory fits in swap" in out.stdout
+    elif words.startswith(".venv/bin/swapwise render admission-policy"):
+        # README: per profile a MutatingAdmissionPolicy, its binding and a Warn policy
+        rendered = list(yaml.safe_load_all(out.stdout))
+        profiles = yaml.safe_load((cwd / "examples" / "policy.yaml").read_text())["profiles"]
+        names = {(o["kind"], o["metadata"]["name"]) for o in rendered}
+        for profile in profiles:
+            assert ("MutatingAdmissionPolicy", f"swapwise-{profile}") in names
+            assert ("MutatingAdmissionPolicyBinding", f"swapwise-{profile}") in names
+            assert ("ValidatingAdmissionPolicy", f"swapwise-{profile}-warn") in names
     else:
         assert command.expected is not None, f"nothing checks the output of {words!r}"
 

@@ -7,6 +7,8 @@
 #
 # Usage: tests/e2e/build-control-plane.sh [BINARY...]   (default: all six; `kubelet`, for the
 #        real-node tests under tests/node/, only when named)
+#   SWAPWISE_K8S_VERSION  Kubernetes line: 1.34 (default; helper module gomod/kubernetes) or
+#                      1.37 (gomod/kubernetes-1.37); etcd and helm are the same for both lines
 #   SWAPWISE_K8S_BIN   output dir (default ~/.cache/swapwise/k8s/<k8s version>/bin)
 #   SWAPWISE_GO_P      go build -p (default 2)
 #   SWAPWISE_GO_CACHE  Go module and build caches (default ~/.cache/swapwise/go; tests/go-env.sh)
@@ -20,8 +22,12 @@ gomod=$here/gomod
 source "$here/../go-env.sh"
 export CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS="-mod=readonly -buildvcs=false"
 
+k8s_line=${SWAPWISE_K8S_VERSION:-1.34}
+if [[ $k8s_line == 1.34 ]]; then k8s_module=kubernetes; else k8s_module=kubernetes-$k8s_line; fi
+[[ -f $gomod/$k8s_module/go.mod ]] || {
+  echo "SWAPWISE_K8S_VERSION=$k8s_line: no helper module $gomod/$k8s_module" >&2; exit 1; }
 modver() { sed -n "s#^require $2 \(v[^ ]*\)\$#\1#p" "$gomod/$1/go.mod"; }
-k8s_version=$(modver kubernetes k8s.io/kubernetes)          # v1.34.4
+k8s_version=$(modver "$k8s_module" k8s.io/kubernetes)       # v1.34.4 or v1.37.2
 etcd_version=$(modver etcd go.etcd.io/etcd/server/v3)       # v3.6.5
 helm_version=$(modver helm helm.sh/helm/v3)                 # v3.19.5
 [[ -n $k8s_version && -n $etcd_version && -n $helm_version ]] || {
@@ -58,9 +64,9 @@ spec() {
   case $1 in
     etcd) echo "etcd|go.etcd.io/etcd/server/v3|-s -w|--version|etcd Version: ${etcd_version#v}" ;;
     kube-apiserver | kube-scheduler | kube-controller-manager | kubelet)
-      echo "kubernetes|k8s.io/kubernetes/cmd/$1|$(k8s_ldflags)|--version|Kubernetes $k8s_version" ;;
+      echo "$k8s_module|k8s.io/kubernetes/cmd/$1|$(k8s_ldflags)|--version|Kubernetes $k8s_version" ;;
     kubectl)
-      echo "kubernetes|k8s.io/kubernetes/cmd/kubectl|$(k8s_ldflags)|version --client|Client Version: $k8s_version" ;;
+      echo "$k8s_module|k8s.io/kubernetes/cmd/kubectl|$(k8s_ldflags)|version --client|Client Version: $k8s_version" ;;
     helm)
       echo "helm|helm.sh/helm/v3/cmd/helm|$(helm_ldflags)|version --template={{.Version}}|$helm_version" ;;
     *) echo "unknown binary '$1' (known: ${all[*]} kubelet)" >&2; return 1 ;;
@@ -95,7 +101,7 @@ for name in "${wanted[@]}"; do
     echo "==> $name: up to date ($want)"
     continue
   fi
-  if [[ $module == kubernetes && $checked_generator == 0 ]]; then
+  if [[ $module == "$k8s_module" && $checked_generator == 0 ]]; then
     # The replace list must match the release's own go.mod (derived, not hand-written).
     "$gomod/kubernetes/generate.sh" --check "$k8s_version"
     checked_generator=1

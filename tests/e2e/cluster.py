@@ -47,13 +47,26 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 E2E_DIR = Path(__file__).resolve().parent
 
 
-def _k8s_version() -> str:
-    """The release the helper module builds (single source of truth: its go.mod)."""
-    go_mod = (E2E_DIR / "gomod" / "kubernetes" / "go.mod").read_text()
+DEFAULT_LINE = "1.34"  # the Kubernetes line every e2e test runs on unless it asks for another
+
+
+def _module_dir(line: str) -> Path:
+    """The helper Go module of a Kubernetes line (as build-control-plane.sh picks it)."""
+    name = "kubernetes" if line == DEFAULT_LINE else f"kubernetes-{line}"
+    return E2E_DIR / "gomod" / name
+
+
+def k8s_version(line: str = DEFAULT_LINE) -> str:
+    """The release the helper module of ``line`` builds (single source of truth: go.mod)."""
+    go_mod = (_module_dir(line) / "go.mod").read_text()
     match = re.search(r"^require k8s\.io/kubernetes (v\S+)$", go_mod, re.MULTILINE)
     if not match:
-        raise RuntimeError("no `require k8s.io/kubernetes` line in gomod/kubernetes/go.mod")
+        raise RuntimeError(f"no `require k8s.io/kubernetes` line in {_module_dir(line)}/go.mod")
     return match.group(1)
+
+
+def _k8s_version() -> str:
+    return k8s_version(DEFAULT_LINE)
 
 
 K8S_VERSION = _k8s_version()  # e.g. v1.34.4
@@ -71,10 +84,16 @@ class ClusterError(RuntimeError):
     """A component failed; the message carries what it printed so CI logs explain why."""
 
 
-def bin_dir() -> Path:
-    """Where build-control-plane.sh puts the binaries (SWAPWISE_K8S_BIN overrides)."""
-    default = Path.home() / ".cache" / "swapwise" / "k8s" / K8S_VERSION / "bin"
-    return Path(os.environ.get("SWAPWISE_K8S_BIN") or default)
+def bin_dir(line: str = DEFAULT_LINE) -> Path:
+    """Where build-control-plane.sh puts the binaries of a Kubernetes line.
+
+    SWAPWISE_K8S_BIN overrides the default line's directory; SWAPWISE_K8S_BIN_1_37 (dots
+    as underscores) another line's.
+    """
+    default = Path.home() / ".cache" / "swapwise" / "k8s" / k8s_version(line) / "bin"
+    variable = "SWAPWISE_K8S_BIN" if line == DEFAULT_LINE else \
+        f"SWAPWISE_K8S_BIN_{line.replace('.', '_')}"
+    return Path(os.environ.get(variable) or default)
 
 
 def missing_binaries(directory: Path | None = None, names: Iterable[str] = BINARIES) -> list[str]:
@@ -83,12 +102,15 @@ def missing_binaries(directory: Path | None = None, names: Iterable[str] = BINAR
     return [b for b in names if not os.access(directory / b, os.X_OK)]
 
 
-def ensure_binaries() -> Path:
-    """Build the binaries if any is missing (~10 minutes cold on 2 cores, nothing when cached)."""
-    if missing_binaries(names=ALL_BINARIES):
-        env = {**os.environ, "SWAPWISE_K8S_BIN": str(bin_dir())}
-        subprocess.run(["bash", str(BUILD_SCRIPT)], check=True, env=env)
-    return bin_dir()
+def ensure_binaries(line: str = DEFAULT_LINE, names: Iterable[str] = ALL_BINARIES) -> Path:
+    """Build the binaries of a Kubernetes line if any is missing (~10 minutes cold on 2
+    cores, nothing when cached)."""
+    names = tuple(names)
+    directory = bin_dir(line)
+    if missing_binaries(directory, names):
+        env = {**os.environ, "SWAPWISE_K8S_BIN": str(directory), "SWAPWISE_K8S_VERSION": line}
+        subprocess.run(["bash", str(BUILD_SCRIPT), *names], check=True, env=env)
+    return directory
 
 
 def free_port() -> int:
@@ -320,10 +342,17 @@ class ControlPlane:
         keep: bool | None = None,
         start_timeout: float = 90.0,
         bind_address: str = "127.0.0.1",
+        apiserver_args: Iterable[str] = (),
+        apiserver: Path | None = None,
     ) -> None:
         """``bind_address``: where kube-apiserver listens. Loopback, unless the caller runs
-        in a network namespace of its own whose guests must reach it (tests/node)."""
+        in a network namespace of its own whose guests must reach it (tests/node).
+        ``apiserver_args``: extra kube-apiserver flags (e.g. feature gates), appended.
+        ``apiserver``: a kube-apiserver binary of another line than ``binaries`` (the
+        rest of the control plane may be up to three minors older)."""
         self.bin = binaries or bin_dir()
+        self.apiserver_args = list(apiserver_args)
+        self.apiserver = apiserver or self.bin / "kube-apiserver"
         self.bind_address = bind_address
         self._own_workdir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="swapwise-e2e-"))
@@ -461,7 +490,7 @@ class ControlPlane:
         api = self._component(
             "kube-apiserver",
             [
-                str(self.bin / "kube-apiserver"),
+                str(self.apiserver),
                 f"--etcd-servers={self.etcd_url}",
                 f"--bind-address={self.bind_address}",
                 "--advertise-address=127.0.0.1",
@@ -494,6 +523,7 @@ class ControlPlane:
                 f"--kubelet-client-certificate={pki / 'admin.crt'}",
                 f"--kubelet-client-key={pki / 'admin.key'}",
                 "--kubelet-preferred-address-types=InternalIP",
+                *self.apiserver_args,
             ],
         )
         self._write_kubeconfig()

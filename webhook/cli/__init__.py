@@ -7,9 +7,18 @@ import sys
 from collections.abc import Sequence
 
 from webhook import __version__
-from webhook.cli import audit, certs_cmd, label_nodes, plan, policy_cmd, preview, serve
+from webhook.cli import (
+    audit,
+    certs_cmd,
+    label_nodes,
+    plan,
+    policy_cmd,
+    preview,
+    render_cmd,
+    serve,
+)
 
-COMMANDS = (serve, preview, plan, audit, policy_cmd, certs_cmd, label_nodes)
+COMMANDS = (serve, preview, plan, audit, policy_cmd, render_cmd, certs_cmd, label_nodes)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,125 @@
+"""The admission-policy renderer's shape: objects, selectors, refusals, the CLI.
+
+What the CEL computes is proven against the webhook on a real API server
+(tests/e2e/test_admission_policy.py); these check what can be checked without one.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.support.server_proc import SWAPWISE
+from webhook.policy import build_policy, default_policy
+from webhook.render.admission_policy import (
+    Unrenderable,
+    fmt,
+    lit,
+    render_admission_policies,
+)
+
+KINDS = ["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding",
+         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+
+
+def policy(profiles: dict[str, Any], namespaces: dict[str, Any] | None = None) -> Any:
+    document: dict[str, Any] = {"apiVersion": "swapwise.io/v1alpha1", "kind": "SwapPolicy",
+                                "profiles": profiles}
+    if namespaces:
+        document["namespaces"] = namespaces
+    return build_policy(document)
+
+
+def test_default_policy_renders_four_objects_bound_by_the_profile_label() -> None:
+    objects = render_admission_policies(default_policy())
+    assert [o["kind"] for o in objects] == KINDS
+    assert objects[0]["apiVersion"] == "admissionregistration.k8s.io/v1"
+    assert objects[0]["metadata"]["name"] == "swapwise-default"
+    assert objects[1]["spec"]["policyName"] == "swapwise-default"
+    selector = objects[1]["spec"]["matchResources"]["namespaceSelector"]
+    assert selector == {"matchExpressions": [
+        {"key": "swapwise.io/profile", "operator": "In", "values": ["default"]},
+        {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+         "values": ["kube-node-lease", "kube-system"]},
+    ]}
+    assert objects[3]["spec"]["validationActions"] == ["Warn"]
+    assert objects[0]["spec"]["reinvocationPolicy"] == "IfNeeded"
+    assert objects[0]["spec"]["failurePolicy"] == "Ignore"
+    assert objects[0]["spec"]["mutations"][0]["patchType"] == "JSONPatch"
+
+
+def test_v1beta1_for_clusters_before_1_36() -> None:
+    objects = render_admission_policies(default_policy(), api_version="v1beta1")
+    assert [o["apiVersion"].rsplit("/", 1)[1] for o in objects] == \
+        ["v1beta1", "v1beta1", "v1", "v1"]
+    with pytest.raises(ValueError):
+        render_admission_policies(default_policy(), api_version="v2")
+
+
+def test_profile_values_are_written_into_the_cel() -> None:
+    objects = render_admission_policies(policy({"big": {"minRequest": "64Mi",
+                                                        "defaultLimit": "2Gi"}}))
+    text = yaml.safe_dump(objects[0])
+    assert str(64 * 1024 * 1024) in text  # minRequest
+    assert "'2Gi'" in text or '"2Gi"' in text  # defaultLimit, canonical
+
+
+def test_namespace_overrides_get_their_own_policy_and_the_base_skips_them() -> None:
+    objects = render_admission_policies(policy({"sandbox": {}},
+                                               {"team-a": {"requestRatio": 0.25}}))
+    names = [o["metadata"]["name"] for o in objects if o["kind"] == "MutatingAdmissionPolicy"]
+    assert names == ["swapwise-sandbox", "swapwise-sandbox-ns-team-a"]
+    base, override = (o["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+                      for o in objects if o["kind"] == "MutatingAdmissionPolicyBinding")
+    assert {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+            "values": ["kube-node-lease", "kube-system", "team-a"]} in base
+    assert {"key": "kubernetes.io/metadata.name", "operator": "In",
+            "values": ["team-a"]} in override
+
+
+def test_pod_selector_and_guaranteed_skip_become_match_conditions() -> None:
+    objects = render_admission_policies(policy({"p": {
+        "guaranteedPods": "skip", "podSelector": {"matchLabels": {"app": "x"}}}}))
+    names = [c["name"] for c in objects[0]["spec"]["matchConditions"]]
+    assert names == ["not-opted-out", "not-critical", "not-windows", "not-too-large",
+                     "pod-selector", "not-guaranteed"]
+    # the warning policy applies to exactly the same pods
+    assert objects[2]["spec"]["matchConditions"] == objects[0]["spec"]["matchConditions"]
+
+
+def test_ratio_cel_cannot_compute_exactly_is_refused_naming_the_field() -> None:
+    with pytest.raises(Unrenderable) as caught:
+        render_admission_policies(policy({"ok": {}, "fine": {"requestRatio": 0.1234567891}}))
+    assert caught.value.errors == [
+        "profiles.fine.requestRatio/swapRatio: 0.123457 has too many digits to be computed "
+        "exactly with CEL's 64-bit integers; round it"]
+
+
+def test_cel_literals() -> None:
+    assert lit({"key": "a", "tolerationSeconds": 30, "values": ["x"]}) == \
+        '{"key": dyn("a"), "tolerationSeconds": dyn(30), "values": dyn([dyn("x")])}'
+    assert "'Gi'" not in fmt("t") and '"Gi"' in fmt("t")
+
+
+def swapwise(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([SWAPWISE, *args], capture_output=True, text=True, timeout=60)
+
+
+def test_cli_renders_yaml_documents(tmp_path: Path) -> None:
+    out = swapwise("render", "admission-policy")
+    assert out.returncode == 0, out.stderr
+    assert [d["kind"] for d in yaml.safe_load_all(out.stdout)] == KINDS
+
+
+def test_cli_refuses_with_the_field_and_prints_nothing(tmp_path: Path) -> None:
+    file = tmp_path / "policy.yaml"
+    file.write_text(yaml.safe_dump({"apiVersion": "swapwise.io/v1alpha1", "kind": "SwapPolicy",
+                                    "profiles": {"x": {"maxLimitRequestRatio": 1.0000001}}}))
+    out = swapwise("render", "admission-policy", "--policy", str(file))
+    assert out.returncode == 1
+    assert out.stdout == ""
+    assert "profiles.x.maxLimitRequestRatio" in out.stderr

@@ -1,0 +1,687 @@
+"""The policy file as built-in admission policies: swapwise without a webhook.
+
+Per profile (and per namespace override) this renders a ``MutatingAdmissionPolicy`` whose
+one JSONPatch mutation, written in CEL, computes what :func:`webhook.engine.mutate_pod`
+computes (docs/admission-policy.md lists where it cannot), its binding (same namespace
+label and skip rules as the webhook), and a ``ValidatingAdmissionPolicy`` with the ``Warn``
+action that repeats the webhook's per-container warnings.
+
+Pure: a compiled :class:`~webhook.policy.Policy` in, a list of Kubernetes objects (dicts)
+out. Profile values are written into the CEL as constants, so the objects stand alone
+(no params object to keep in sync). A profile whose values cannot be computed exactly with
+CEL's 64-bit integers is refused with :class:`Unrenderable`, naming the field; then nothing
+is rendered at all.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from webhook.engine.placement import PREFERRED, REQUIRED
+from webhook.engine.pod import (
+    CRITICAL_CLASSES,
+    CRITICAL_PRIORITY,
+    MAX_CONTAINERS,
+    MAX_ITEMS,
+    MIRROR_ANNOTATION,
+    ORIGINAL_ANNOTATION,
+    PROFILE_ANNOTATION,
+    SKIP_KEY,
+)
+from webhook.engine.resources import target
+from webhook.engine.vpa import OBSERVED_ANNOTATION, UPDATES_ANNOTATION
+from webhook.engine.warnings import MAX_WARNING
+from webhook.policy import Policy
+from webhook.profile import LabelSelector, Profile
+from webhook.quantity import _FORMAT_BINARY, _FORMAT_DECIMAL, MI, format_bytes
+
+PROFILE_LABEL = "swapwise.io/profile"
+NAME_LABEL = "kubernetes.io/metadata.name"
+EXCLUDED_NAMESPACES = ("kube-system", "kube-node-lease")
+API_VERSIONS = ("v1", "v1beta1")
+WARNING_SLOTS = 16  # one Warn validation per message; beyond these, one "N more" line
+INT64_SAFE = 2**62  # products of the CEL arithmetic below must stay under this
+RESTART = "RestartContainer"
+# (prefix of the variable names, CEL list, JSON Pointer of the list)
+KINDS = (
+    ("init", "object.spec.?initContainers.orValue([])", "/spec/initContainers"),
+    ("app", "object.spec.containers", "/spec/containers"),
+)
+
+
+class Unrenderable(ValueError):
+    """Profiles that CEL cannot compute exactly; ``errors`` has one line per field."""
+
+    def __init__(self, errors: list[str]) -> None:
+        self.errors = errors
+        super().__init__("cannot render admission policies:\n"
+                         + "\n".join(f"  {e}" for e in errors))
+
+
+# --------------------------------------------------------------------------- CEL text helpers
+
+
+def q(text: str) -> str:
+    """A CEL string literal (JSON escaping is valid CEL escaping)."""
+    return json.dumps(text)
+
+
+def lit(value: Any) -> str:
+    """A CEL literal for a JSON value; members wrapped in dyn() so mixed maps type-check."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return q(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{q(k)}: dyn({lit(v)})" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(f"dyn({lit(v)})" for v in value) + "]"
+    raise TypeError(f"no CEL literal for {value!r}")
+
+
+def op(kind: str, path: str, value: str) -> str:
+    """One JSON Patch operation as a CEL map (``path`` and ``value`` are CEL expressions)."""
+    return f"{{'op': dyn({q(kind)}), 'path': dyn({path}), 'value': dyn({value})}}"
+
+
+def to_bytes(s: str) -> str:
+    """Bytes of the quantity string ``s``, rounded up (as the engine's ceil of a Fraction)."""
+    f = f"quantity({s}).asApproximateFloat()"
+    return (f"(quantity({s}).isInteger() ? quantity({s}).asInteger() : "
+            f"int({f}) + (double(int({f})) < {f} ? 1 : 0))")
+
+
+def fmt(t: str) -> str:
+    """CEL twin of :func:`webhook.quantity.format_bytes` for the int expression ``t``."""
+    out = "string(" + t + ")"
+    out = f"({t} % 1024 == 0 ? string({t} / 1024) + 'Ki' : {out})"
+    for suffix, size in reversed((*_FORMAT_BINARY, *_FORMAT_DECIMAL)):
+        out = f"({t} % {size} == 0 ? string({t} / {size}) + {q(suffix)} : {out})"
+    return f"({t} == 0 ? '0' : {out})"
+
+
+def ceil_mi(x: str, ratio: Fraction) -> str:
+    """ceilMi(x * ratio) in int64: x split by the divisor so no product overflows."""
+    n, d = ratio.numerator, ratio.denominator * MI
+    return f"((({x}) / {d}) * {n} + ((({x}) % {d}) * {n} + {d - 1}) / {d}) * {MI}"
+
+
+def floor_mi(x: str, ratio: Fraction) -> str:
+    """floorMi(x * ratio) in int64."""
+    n, d = ratio.numerator, ratio.denominator * MI
+    return f"((({x}) / {d}) * {n} + ((({x}) % {d}) * {n}) / {d}) * {MI}"
+
+
+def positive(s: str) -> str:
+    return f"quantity({s}).compareTo(quantity('0')) > 0"
+
+
+def all_containers() -> str:
+    return "(object.spec.?initContainers.orValue([]) + object.spec.containers)"
+
+
+def _guaranteed(requests: str, limits: str) -> str:
+    """QoS Guaranteed for one (requests, limits) pair of resource maps (valid pods: every
+    request is at most its limit, so the kubelet's sums equal per-container equality)."""
+    return (f"['cpu', 'memory'].all(k, k in {limits} && {positive(f'string({limits}[k])')} && "
+            f"(!(k in {requests}) || quantity(string({requests}[k])) == "
+            f"quantity(string({limits}[k]))))")
+
+
+POD_REQUESTS = "object.spec.?resources.?requests.orValue({})"
+POD_LIMITS = "object.spec.?resources.?limits.orValue({})"
+POD_LEVEL = (f"['cpu', 'memory'].exists(k, k in {POD_REQUESTS} || k in {POD_LIMITS})")
+POD_GUARANTEED = _guaranteed(POD_REQUESTS, POD_LIMITS)
+POD_BEST_EFFORT = (f"!['cpu', 'memory'].exists(k, (k in {POD_REQUESTS} && "
+                   f"{positive(f'string({POD_REQUESTS}[k])')}) || (k in {POD_LIMITS} && "
+                   f"{positive(f'string({POD_LIMITS}[k])')}))")
+CONTAINERS_GUARANTEED = (
+    f"{all_containers()}.all(c, "
+    + _guaranteed("c.?resources.?requests.orValue({})", "c.?resources.?limits.orValue({})")
+    + ")"
+)
+
+
+def selector_condition(selector: LabelSelector) -> str:
+    labels = "object.metadata.?labels.orValue({})"
+    parts = [f"({q(k)} in {labels} && {labels}[{q(k)}] == {q(v)})"
+             for k, v in selector.match_labels]
+    for key, operator, values in selector.match_expressions:
+        present = f"{q(key)} in {labels}"
+        inside = f"{labels}[{q(key)}] in {lit(list(values))}"
+        parts.append({
+            "In": f"({present} && {inside})",
+            "NotIn": f"(!({present}) || !({inside}))",
+            "Exists": f"({present})",
+        }.get(operator, f"!({present})"))
+    return " && ".join(parts) or "true"
+
+
+# --------------------------------------------------------------------------- one profile
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a policy applies to: a profile, optionally narrowed to one override namespace."""
+
+    profile: Profile
+    namespace: str | None = None  # a namespace override
+    others: tuple[str, ...] = ()  # namespaces with overrides, excluded from the base binding
+
+    @property
+    def name(self) -> str:
+        base = f"swapwise-{self.profile.name}"
+        return f"{base}-ns-{self.namespace}" if self.namespace else base
+
+
+def check(target_: Target) -> list[str]:
+    """Why this profile cannot be rendered (field names first); empty when it can."""
+    p = target_.profile
+    where = f"profiles.{p.name}" if target_.namespace is None else \
+        f"namespaces.{target_.namespace} (profile {p.name})"
+    errors: list[str] = []
+    ratios = [("requestRatio/swapRatio", p.request_ratio)]
+    if p.max_limit_request_ratio is not None:
+        ratios.append(("maxLimitRequestRatio", p.max_limit_request_ratio))
+    for field, ratio in ratios:
+        if ratio.numerator * ratio.denominator * MI >= INT64_SAFE:
+            errors.append(f"{where}.{field}: {float(ratio):g} has too many digits to be "
+                          "computed exactly with CEL's 64-bit integers; round it")
+    for field, value in (("minRequest", p.min_request), ("defaultLimit", p.default_limit)):
+        if value is not None and value >= INT64_SAFE:
+            errors.append(f"{where}.{field}: {format_bytes(value)} is beyond CEL's "
+                          "64-bit integers")
+    return errors
+
+
+class _Cel:
+    """The CEL of one profile: variables shared by the mutating and the warning policy."""
+
+    def __init__(self, profile: Profile) -> None:
+        self.p = profile
+
+    def target(self, limit: str) -> str:
+        p = self.p
+        terms = [str(p.min_request), ceil_mi(limit, p.request_ratio)]
+        if p.max_limit_request_ratio is not None:
+            terms.append(ceil_mi(limit, 1 / p.max_limit_request_ratio))
+        return f"[{', '.join(terms)}].max()"
+
+    def raised(self, request: str) -> str:
+        p = self.p
+        terms = [floor_mi(request, 1 / p.request_ratio)]
+        if p.max_limit_request_ratio is not None:
+            terms.append(floor_mi(request, p.max_limit_request_ratio))
+        return f"[{', '.join(terms)}].min()" if len(terms) > 1 else terms[0]
+
+    def match_conditions(self) -> list[dict[str, str]]:
+        p = self.p
+        ann = "object.metadata.?annotations.orValue({})"
+        conditions = [
+            ("not-opted-out",
+             f"object.metadata.?labels[?{q(SKIP_KEY)}].orValue('') != 'true' && "
+             f"object.metadata.?annotations[?{q(SKIP_KEY)}].orValue('') != 'true'"),
+            ("not-critical",
+             f"!(object.spec.?priorityClassName.orValue('') in {lit(sorted(CRITICAL_CLASSES))})"
+             f" && object.spec.?priority.orValue(0) < {CRITICAL_PRIORITY}"
+             f" && !({q(MIRROR_ANNOTATION)} in {ann})"),
+            ("not-windows", "object.spec.?os.?name.orValue('') != 'windows'"),
+            ("not-too-large",
+             f"object.spec.?initContainers.orValue([]).size() + object.spec.containers.size()"
+             f" <= {MAX_CONTAINERS} && object.spec.?tolerations.orValue([]).size() <= {MAX_ITEMS}"
+             f" && object.spec.?affinity.?nodeAffinity.?{REQUIRED}.?nodeSelectorTerms"
+             f".orValue([]).size() <= {MAX_ITEMS}"),
+        ]
+        if p.pod_selector is not None:
+            conditions.append(("pod-selector", selector_condition(p.pod_selector)))
+        if p.guaranteed_pods == "skip":
+            conditions.append(("not-guaranteed",
+                               f"!({POD_LEVEL} ? {POD_GUARANTEED} : {CONTAINERS_GUARANTEED})"))
+        return [{"name": name, "expression": expr} for name, expr in conditions]
+
+    def variables(self) -> list[tuple[str, str]]:
+        """Per-container lists (one per kind, indexed alike) and the pod-wide flags."""
+        p = self.p
+        ann = "object.metadata.?annotations.orValue({})"
+        updates = f"object.metadata.?annotations[?{q(UPDATES_ANNOTATION)}].orValue('')"
+        out: list[tuple[str, str]] = [
+            # VerticalPodAutoscaler traces (webhook/engine/vpa.py)
+            ("vpaOn", f"{q(OBSERVED_ANNOTATION)} in {ann} || {q(UPDATES_ANNOTATION)} in {ann}"),
+            ("vpaObserved",
+             f"object.metadata.?annotations[?{q(OBSERVED_ANNOTATION)}].orValue('')"
+             ".split(', ').filter(n, n != '')"),
+            ("vpaParts",
+             f"({updates}.indexOf(': ') >= 0 ? {updates}.substring({updates}.indexOf(': ') + 2)"
+             " : '').split('; ')"),
+            ("vpaDropped",
+             "variables.vpaParts.filter(p, p.matches('^container [0-9]+(: |$)') && "
+             "p.indexOf(': ') >= 0 && p.substring(p.indexOf(': ') + 2).split(', ')"
+             ".filter(x, x != '').size() > 0 && !p.substring(p.indexOf(': ') + 2)"
+             ".split(', ').exists(x, x.contains('memory')))"
+             ".map(p, int(p.substring(10).split(': ')[0]))"),
+        ]
+        default_target = target(p.default_limit, p) if p.default_limit is not None else 0
+        default_changes = p.default_limit is not None and default_target < p.default_limit
+        for kind, items, _ in KINDS:
+            v = f"variables.{kind}"
+            if kind == "app":
+                vpa = (f"{items}.transformList(i, c, variables.vpaOn && "
+                       f"({q(OBSERVED_ANNOTATION)} in {ann} ? c.name in variables.vpaObserved "
+                       ": true) && !variables.vpaDropped.exists(j, j == i))")
+            else:
+                vpa = f"{items}.map(c, false)"  # a VPA never sets init containers
+            raise_ = "true" if p.vpa_pods == "raiseLimit" else "false"
+            default = "true" if p.default_limit is not None else "false"
+            out += [
+                (f"{kind}Req",
+                 f"{items}.map(c, string(c.?resources.?requests[?'memory'].orValue('')))"),
+                (f"{kind}Lim",
+                 f"{items}.map(c, string(c.?resources.?limits[?'memory'].orValue('')))"),
+                (f"{kind}LimB", f"{v}Lim.map(s, s == '' ? -1 : {to_bytes('s')})"),
+                (f"{kind}Eq",
+                 f"{v}Req.transformList(i, r, r != '' && {v}Lim[i] != '' && "
+                 f"quantity(r) == quantity({v}Lim[i]))"),
+                (f"{kind}Vpa", vpa),
+                # 'target': request == limit; 'default': no memory at all, defaultLimit
+                # given; 'vpa': a VPA sets the request, so the limit is raised instead
+                (f"{kind}Mode",
+                 f"{v}Req.transformList(i, r, {v}Vpa[i] ? ({raise_} && {v}Eq[i] ? 'vpa' : "
+                 f"'none') : {v}Eq[i] ? 'target' : ({default} && r == '' && {v}Lim[i] == '') "
+                 "? 'default' : 'none')"),
+                (f"{kind}New",
+                 f"{v}Mode.transformList(i, m, m == 'target' ? {self.target(f'{v}LimB[i]')} : "
+                 f"m == 'default' ? {default_target} : m == 'vpa' ? "
+                 f"{self.raised(f'{v}LimB[i]')} : 0)"),
+                (f"{kind}Chg",
+                 f"{v}Mode.transformList(i, m, m == 'target' ? {v}New[i] < {v}LimB[i] : "
+                 f"m == 'default' ? {'true' if default_changes else 'false'} : "
+                 f"m == 'vpa' ? {v}New[i] > {v}LimB[i] : false)"),
+                (f"{kind}NewS", f"{v}New.map(t, {fmt('t')})"),
+                (f"{kind}Elig",
+                 f"{v}Req.transformList(i, r, {v}Chg[i] || (r != '' && {positive('r')} && "
+                 f"!{v}Eq[i]))"),
+            ]
+        skip_vpa = p.vpa_pods == "skip"
+        out += [
+            ("vpaSkip", "variables.appVpa.exists(b, b)" if skip_vpa else "false"),
+            ("anyChg", "!variables.vpaSkip && (variables.initChg.exists(b, b) || "
+                       "variables.appChg.exists(b, b))"),
+            ("anyElig", "variables.initElig.exists(b, b) || variables.appElig.exists(b, b)"),
+        ]
+        return out
+
+    def warning_messages(self) -> str:
+        """CEL list of the webhook's per-container warnings, read off the mutated pod."""
+        p = self.p
+        orig = f"object.metadata.?annotations[?{q(ORIGINAL_ANNOTATION)}].orValue('')"
+        parts = []
+        for kind, items, _ in KINDS:
+            v = f"variables.{kind}"
+            key = "strings.quote(c.name) + ':'"
+            entry = (f"{orig}.substring({orig}.indexOf({key}) + size({key}))")
+            entry = f"{entry}.substring(0, {entry}.indexOf('}}') + 1)"  # '}' in CEL
+            rec = f"{entry}.split('\"')"
+            changed = (
+                f"{orig}.contains({key}) ? ({rec}.size() < 8 ? c.name + ' memory limit ' + "
+                f"{v}Lim[i] + ' (defaultLimit), request ' + {v}Req[i] : {rec}[7] != {v}Lim[i] ? "
+                f"c.name + ' memory limit ' + {rec}[7] + ' -> ' + {v}Lim[i] + ' (request ' + "
+                f"{rec}[3] + ' kept: a VerticalPodAutoscaler sets it)' : {rec}[3] != {v}Req[i] ? "
+                f"c.name + ' memory request ' + {rec}[3] + ' -> ' + {v}Req[i] + ' (limit ' + "
+                f"{rec}[7] + ')' : '') : ''"
+            )
+            limit_b = f"{v}LimB[i]"
+            default_b = str(p.default_limit or 0)
+            unchanged = (
+                f"{v}Mode[i] == 'target' && !{v}Chg[i] ? c.name + ' memory left unchanged: "
+                f"request ' + {fmt(f'{v}New[i]')} + ' would not be below limit ' + "
+                f"{fmt(limit_b)} : {v}Mode[i] == 'default' && !{v}Chg[i] ? c.name + ' memory "
+                f"left unchanged: request ' + {fmt(f'{v}New[i]')} + ' would not be below limit "
+                f"' + {fmt(default_b)} : {v}Mode[i] == 'vpa' && !{v}Chg[i] ? c.name + ' memory "
+                f"left unchanged: limit ' + {fmt(f'{v}New[i]')} + ' would not be above request "
+                f"' + {fmt(limit_b)} : ''"
+            )
+            parts.append(f"{items}.transformList(i, c, ({changed}) != '' ? ({changed}) : "
+                         f"({unchanged}))")
+        vpa = ("[variables.vpaSkip ? (" + q(PROFILE_ANNOTATION) + " in object.metadata.?"
+               "annotations.orValue({}) ? 'VerticalPodAutoscaler ran after swapwise reshaped "
+               "this pod; its memory requests are the VPA\\'s (docs/vpa.md)' : 'pod left "
+               "unchanged: a VerticalPodAutoscaler manages its memory (vpaPods: skip)') : '']")
+        every = f"({vpa} + (variables.vpaSkip ? [] : {' + '.join(parts)}))"
+        limit = MAX_WARNING
+        return (f"{every}.filter(m, m != '').map(m, 'swapwise: ' + m)"
+                f".map(m, m.size() > {limit} ? m.substring(0, {limit - 3}) + '...' : m)")
+
+    # -- the patch
+
+    @staticmethod
+    def _path(pointer: str, suffix: str) -> str:
+        """CEL for the JSON Pointer of container ``i`` of a list, plus ``suffix``."""
+        return f"'{pointer}/' + string(i) + {q(suffix)}"
+
+    def resource_ops(self) -> list[str]:
+        """Memory request (and, for defaultLimit and raiseLimit, limit) of changed containers."""
+        p = self.p
+        out = []
+        default = format_bytes(p.default_limit) if p.default_limit is not None else ""
+        empty = ("(c.?resources.?requests.orValue({}).size() == 0 && "
+                 "c.?resources.?limits.orValue({}).size() == 0 && "
+                 "c.?resources.?claims.orValue([]).size() == 0)")
+        default_map = "{" + q("memory") + ": " + q(default) + "}"
+        for kind, items, pointer in KINDS:
+            v = f"variables.{kind}"
+            new = f"{v}NewS[i]"
+
+            def path(suffix: str, pointer: str = pointer) -> str:
+                return self._path(pointer, suffix)
+
+            whole = f"{{'requests': {{'memory': {new}}}, 'limits': {{'memory': {q(default)}}}}}"
+            request = (
+                f"{v}Mode[i] == 'target' ? {op('add', path('/resources/requests/memory'), new)}"
+                f" : {empty} ? {op('add', path('/resources'), whole)}"
+                f" : c.?resources.?requests.orValue({{}}).size() > 0"
+                f" ? {op('add', path('/resources/requests/memory'), new)}"
+                f" : {op('add', path('/resources/requests'), '{' + q('memory') + ': ' + new + '}')}"
+            )
+            out.append(f"{items}.transformList(i, c, {v}Chg[i] && {v}Mode[i] != 'vpa', {request})")
+            limit = (
+                f"{v}Mode[i] == 'vpa' ? {op('add', path('/resources/limits/memory'), new)}"
+                f" : c.?resources.?limits.orValue({{}}).size() > 0"
+                f" ? {op('add', path('/resources/limits/memory'), q(default))}"
+                f" : {op('add', path('/resources/limits'), default_map)}"
+            )
+            out.append(f"{items}.transformList(i, c, {v}Chg[i] && ({v}Mode[i] == 'vpa' || "
+                       f"({v}Mode[i] == 'default' && !{empty})), {limit})")
+        return out
+
+    def resize_ops(self) -> list[str]:
+        """memory resizePolicy RestartContainer on changed regular containers and sidecars."""
+        if self.p.resize_policy != RESTART:
+            return []
+        out = []
+        entry = lit({"resourceName": "memory", "restartPolicy": RESTART})
+        rp = "c.?resizePolicy.orValue([])"
+        memory = f"{rp}.filter(e, e.resourceName == 'memory')"
+        index = f"{rp}.transformList(j, e, e.resourceName == 'memory', j)[0]"
+        for kind, items, pointer in KINDS:
+            v = f"variables.{kind}"
+            sidecar = " && c.?restartPolicy.orValue('') == 'Always'" if kind == "init" else ""
+            replace = op("replace",
+                         f"'{pointer}/' + string(i) + '/resizePolicy/' + string({index})"
+                         " + '/restartPolicy'", q(RESTART))
+            first = op("add", self._path(pointer, "/resizePolicy"), "[" + entry + "]")
+            change = (f"{rp}.size() == 0 ? {first}"
+                      f" : {memory}.size() == 0 ? "
+                      f"{op('add', self._path(pointer, '/resizePolicy/-'), entry)} : {replace}")
+            out.append(
+                f"(object.spec.?restartPolicy.orValue('Always') == 'Never' ? [] : "
+                f"{items}.transformList(i, c, {v}Chg[i]{sidecar} && ({memory}.size() == 0 || "
+                f"{memory}[0].restartPolicy != {q(RESTART)}), {change}))"
+            )
+        return out
+
+    def placement_ops(self) -> list[str]:
+        """Node affinity into every required term (or one preferred term) and tolerations."""
+        placement = self.p.placement
+        if placement.mode == "none":
+            return []
+        affinity = "object.spec.?affinity"
+        affinity_set = " || ".join(f"{affinity}.?{f}.hasValue()"
+                                   for f in ("nodeAffinity", "podAffinity", "podAntiAffinity"))
+        node_affinity = f"{affinity}.?nodeAffinity"
+        node_affinity_set = (f"{node_affinity}.?{REQUIRED}.hasValue() || "
+                             f"{node_affinity}.?{PREFERRED}.hasValue()")
+        wanted = [{"key": k, "operator": "In", "values": [v]} for k, v in placement.node_selector]
+        out: list[str] = []
+        base = "/spec/affinity/nodeAffinity"
+
+        def lacks(expressions: str, w: dict[str, Any]) -> str:
+            return (f"!{expressions}.exists(e, e.key == {q(w['key'])} && e.operator == 'In' && "
+                    f"e.?values.orValue([]) == {lit(w['values'])})")
+
+        if wanted and placement.mode == "required":
+            terms = f"{node_affinity}.?{REQUIRED}.?nodeSelectorTerms.orValue([])"
+            new_terms = [{"matchExpressions": wanted}]
+            required = {REQUIRED: {"nodeSelectorTerms": new_terms}}
+            chain = (
+                f"!({affinity_set}) ? "
+                f"[{op('add', q('/spec/affinity'), lit({'nodeAffinity': required}))}]"
+                f" : !({node_affinity_set}) ? [{op('add', q(base), lit(required))}]"
+                f" : !{node_affinity}.?{REQUIRED}.?nodeSelectorTerms.hasValue() ? "
+                f"[{op('add', q(base + '/' + REQUIRED), lit({'nodeSelectorTerms': new_terms}))}]"
+                f" : [{op('add', q(base + '/' + REQUIRED + '/nodeSelectorTerms'), lit(new_terms))}]"
+            )
+            term_path = f"'{base}/{REQUIRED}/nodeSelectorTerms/' + string(j)"
+            existing = "t.?matchExpressions.orValue([])"
+            per_term = []
+            for k, w in enumerate(wanted):
+                if k == 0:  # a term without expressions gets all of them at once
+                    per_term.append(
+                        f"{terms}.transformList(j, t, {existing}.size() == 0 || "
+                        f"{lacks(existing, w)}, {existing}.size() == 0 ? "
+                        f"{op('add', term_path + ' + ' + q('/matchExpressions'), lit(wanted))} : "
+                        f"{op('add', term_path + ' + ' + q('/matchExpressions/-'), lit(w))})")
+                else:
+                    per_term.append(
+                        f"{terms}.transformList(j, t, {existing}.size() > 0 && "
+                        f"{lacks(existing, w)}, "
+                        f"{op('add', term_path + ' + ' + q('/matchExpressions/-'), lit(w))})")
+            # CEL: a ternary in a then-branch needs parentheses
+            out.append(f"({terms}.size() == 0 ? ({chain}) : {' + '.join(per_term)})")
+        elif wanted:
+            terms = f"{node_affinity}.?{PREFERRED}.orValue([])"
+            entry = {"weight": placement.weight, "preference": {"matchExpressions": wanted}}
+            present = (f"{terms}.exists(pt, " + " && ".join(  # every wanted one is there
+                lacks("pt.?preference.?matchExpressions.orValue([])", w).removeprefix("!")
+                for w in wanted) + ")")
+            out.append(
+                f"({present} ? [] : {terms}.size() > 0 ? "
+                f"[{op('add', q(base + '/' + PREFERRED + '/-'), lit(entry))}] : "
+                f"{node_affinity_set} ? [{op('add', q(base + '/' + PREFERRED), lit([entry]))}] : "
+                f"{affinity_set} ? [{op('add', q(base), lit({PREFERRED: [entry]}))}] : "
+                f"[{op('add', q('/spec/affinity'), lit({'nodeAffinity': {PREFERRED: [entry]}}))}])"
+            )
+        tolerations = _unique_tolerations(placement.tolerations)
+        if tolerations:
+            existing = "object.spec.?tolerations.orValue([])"
+            each = [f"({existing}.exists(t, {_toleration_equal('t', tol)}) ? [] : "
+                    f"[{op('add', q('/spec/tolerations/-'), lit(tol))}])" for tol in tolerations]
+            out.append(f"({existing}.size() == 0 ? "
+                       f"[{op('add', q('/spec/tolerations'), lit(tolerations))}] : "
+                       f"{' + '.join(each)})")
+        return out
+
+    def patch_variables(self) -> list[tuple[str, str]]:
+        p = self.p
+        placement = (
+            "!variables.vpaSkip && object.spec.?nodeName.orValue('') == '' && "
+            "!object.metadata.?ownerReferences.orValue([]).exists(o, o.kind == 'DaemonSet') && "
+            f"({POD_LEVEL} ? !({POD_GUARANTEED}) && !({POD_BEST_EFFORT}) && variables.anyElig"
+            " : variables.anyChg || variables.anyElig)"
+        )
+        changes = " + ".join(self.resource_ops() + self.resize_ops()) or "[]"
+        placement_ops = " + ".join(self.placement_ops()) or "[]"
+        orig = f"object.metadata.?annotations[?{q(ORIGINAL_ANNOTATION)}]"
+        entries = []
+        for kind, items, _ in KINDS:
+            v = f"variables.{kind}"
+            value = (f"{v}Mode[i] == 'default' ? '{{}}' : '{{\"request\":' + "
+                     f"strings.quote({v}Req[i]) + ',\"limit\":' + strings.quote({v}Lim[i]) + '}}'")
+            entries.append(
+                f"{items}.transformList(i, c, {v}Chg[i] && !{orig}.orValue('')"
+                f".contains(strings.quote(c.name) + ':'), strings.quote(c.name) + ':' + ({value}))")
+        old = f"{orig}.orValue('')"
+        name = q(p.name)
+        ann = "object.metadata.?annotations"
+        profile_only = f"{{{q(PROFILE_ANNOTATION)}: {name}}}"
+        with_orig = (f"{{{q(PROFILE_ANNOTATION)}: {name}, "
+                     f"{q(ORIGINAL_ANNOTATION)}: variables.origJSON}}")
+        both = f"variables.writeOrig ? {with_orig} : {profile_only}"
+        write_orig = op("add", q("/metadata/annotations/swapwise.io~1original"),
+                        "variables.origJSON")
+        return [
+            ("placement", placement),
+            ("core", f"variables.vpaSkip ? [] : {changes} + "
+                     f"(variables.placement ? {placement_ops} : [])"),
+            ("origEntries", " + ".join(entries)),
+            ("origJSON",
+             f"{old}.matches('^[{{].*[}}]$') && {old} != '{{}}' ? {old}.substring(0, "
+             f"{old}.size() - 1) + (variables.origEntries.size() > 0 ? ',' : '') + "
+             "variables.origEntries.join(',') + '}' : '{' + variables.origEntries.join(',') + '}'"),
+            ("writeOrig", f"variables.anyChg && (!{orig}.hasValue() || "
+                          "variables.origEntries.size() > 0)"),
+            ("annOps",
+             f"variables.core.size() == 0 ? [] : !has(object.metadata.annotations) ? "
+             f"[{op('add', q('/metadata/annotations'), both)}] : "
+             f"({ann}[?{q(PROFILE_ANNOTATION)}].orValue('') == {name} ? [] : "
+             f"[{op('add', q('/metadata/annotations/swapwise.io~1profile'), name)}]) + "
+             f"(variables.writeOrig ? [{write_orig}] : [])"),
+        ]
+
+
+def _normalized(toleration: dict[str, Any]) -> tuple[Any, ...]:
+    return (toleration.get("key", ""), toleration.get("operator") or "Equal",
+            toleration.get("value", ""), toleration.get("effect", ""),
+            toleration.get("tolerationSeconds"))
+
+
+def _unique_tolerations(tolerations: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The profile's tolerations without repeats (the engine adds an equal one once)."""
+    seen: list[tuple[Any, ...]] = []
+    out = []
+    for toleration in tolerations:
+        if _normalized(toleration) not in seen:
+            seen.append(_normalized(toleration))
+            out.append(dict(toleration))
+    return out
+
+
+def _toleration_equal(t: str, toleration: dict[str, Any]) -> str:
+    key, operator, value, effect, seconds = _normalized(toleration)
+    same_seconds = (f"!has({t}.tolerationSeconds)" if seconds is None
+                    else f"{t}.?tolerationSeconds.orValue(-1) == {seconds}")
+    return (f"{t}.?key.orValue('') == {q(key)} && ({t}.?operator.orValue('') == '' ? 'Equal' : "
+            f"{t}.?operator.orValue('')) == {q(operator)} && {t}.?value.orValue('') == {q(value)}"
+            f" && {t}.?effect.orValue('') == {q(effect)} && {same_seconds}")
+
+
+# --------------------------------------------------------------------------- objects
+
+
+def _targets(policy: Policy) -> list[Target]:
+    overridden: dict[str, list[str]] = {}
+    for profile, namespace in policy.overrides:
+        overridden.setdefault(profile, []).append(namespace)
+    out = []
+    for name in sorted(policy.profiles):
+        others = tuple(sorted(overridden.get(name, [])))
+        out.append(Target(policy.profiles[name], None, others))
+        out += [Target(policy.overrides[(name, ns)], ns) for ns in others]
+    return out
+
+
+def _namespace_selector(target_: Target, excluded: Sequence[str]) -> dict[str, Any]:
+    expressions: list[dict[str, Any]] = [
+        {"key": PROFILE_LABEL, "operator": "In", "values": [target_.profile.name]},
+    ]
+    if target_.namespace is not None:
+        expressions.append({"key": NAME_LABEL, "operator": "In", "values": [target_.namespace]})
+    else:
+        skipped = sorted({*excluded, *target_.others})
+        if skipped:
+            expressions.append({"key": NAME_LABEL, "operator": "NotIn", "values": skipped})
+    return {"matchExpressions": expressions}
+
+
+def _variables(pairs: list[tuple[str, str]]) -> list[dict[str, str]]:
+    return [{"name": name, "expression": expression} for name, expression in pairs]
+
+
+def render_target(
+    target_: Target,
+    api_version: str = "v1",
+    failure_policy: str = "Ignore",
+    excluded_namespaces: Sequence[str] = EXCLUDED_NAMESPACES,
+) -> list[dict[str, Any]]:
+    """The four objects of one profile (or namespace override)."""
+    cel = _Cel(target_.profile)
+    group = "admissionregistration.k8s.io"
+    rules = {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                "operations": ["CREATE"], "resources": ["pods"]}]}
+    labels = {"app.kubernetes.io/managed-by": "swapwise",
+              PROFILE_LABEL: target_.profile.name}
+    selector = _namespace_selector(target_, excluded_namespaces)
+    conditions = cel.match_conditions()
+    shared = cel.variables()
+    mutating = {
+        "apiVersion": f"{group}/{api_version}",
+        "kind": "MutatingAdmissionPolicy",
+        "metadata": {"name": target_.name, "labels": labels},
+        "spec": {
+            "failurePolicy": failure_policy,
+            "reinvocationPolicy": "IfNeeded",
+            "matchConstraints": rules,
+            "matchConditions": conditions,
+            "variables": _variables(shared + cel.patch_variables()),
+            "mutations": [{
+                "patchType": "JSONPatch",
+                "jsonPatch": {"expression": "(variables.core + variables.annOps).map(p, "
+                                            "JSONPatch{op: p.op, path: p.path, value: p.value})"},
+            }],
+        },
+    }
+    mutating_binding = {
+        "apiVersion": f"{group}/{api_version}",
+        "kind": "MutatingAdmissionPolicyBinding",
+        "metadata": {"name": target_.name, "labels": labels},
+        "spec": {"policyName": target_.name, "matchResources": {"namespaceSelector": selector}},
+    }
+    warn = f"{target_.name}-warn"
+    slots = [{"expression": f"variables.msgs.size() <= {i}",
+              "messageExpression": f"variables.msgs[{i}]"} for i in range(WARNING_SLOTS)]
+    slots.append({"expression": f"variables.msgs.size() <= {WARNING_SLOTS + 1}",
+                  "messageExpression": f"'swapwise: ' + string(variables.msgs.size() - "
+                                       f"{WARNING_SLOTS}) + ' more warnings'"})
+    validating = {
+        "apiVersion": f"{group}/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": warn, "labels": labels},
+        "spec": {
+            "failurePolicy": failure_policy,
+            "matchConstraints": rules,
+            "matchConditions": conditions,
+            "variables": _variables([*shared, ("msgs", cel.warning_messages())]),
+            "validations": slots,
+        },
+    }
+    validating_binding = {
+        "apiVersion": f"{group}/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": warn, "labels": labels},
+        "spec": {"policyName": warn, "validationActions": ["Warn"],
+                 "matchResources": {"namespaceSelector": selector}},
+    }
+    return [mutating, mutating_binding, validating, validating_binding]
+
+
+def render_admission_policies(
+    policy: Policy,
+    api_version: str = "v1",
+    failure_policy: str = "Ignore",
+    excluded_namespaces: Sequence[str] = EXCLUDED_NAMESPACES,
+) -> list[dict[str, Any]]:
+    """Every profile's policies and bindings; raises :class:`Unrenderable` (nothing
+    rendered) when any profile cannot be expressed in CEL."""
+    if api_version not in API_VERSIONS:
+        raise ValueError(f"api_version must be one of {', '.join(API_VERSIONS)}")
+    targets = _targets(policy)
+    errors = [error for t in targets for error in check(t)]
+    if errors:
+        raise Unrenderable(errors)
+    return [obj for t in targets
+            for obj in render_target(t, api_version, failure_policy, excluded_namespaces)]
