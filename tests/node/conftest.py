@@ -38,7 +38,7 @@ from tests.support.progress import uncaptured
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "build" / "node-e2e" / "results.json"
 REQUIRED = os.environ.get("SWAPWISE_NODE_E2E") == "1"
-# The gVisor scenario (test_gvisor.py) is opt-in: building runsc costs about 5 minutes cold
+# The gVisor scenario (test_node_gvisor.py) is opt-in: building runsc costs about 5 minutes cold
 # and one sandbox takes minutes to start under emulation (BENCHMARKS.md).
 GVISOR = os.environ.get("SWAPWISE_NODE_GVISOR") == "1"
 
