@@ -102,8 +102,8 @@ def test_reshaped_pod_runs_under_gvisor_and_its_memory_is_the_sandboxs(
         # Sentry and the gofer: every process of the pod.
         (sandbox_id, sandbox), = cgroups.items()
         for name, files in (("pod", whole), ("sandbox", sandbox), ("container", workload)):
-            for key in ("memory.max", "memory.swap.max"):
-                results[f"gvisor.{name}.{key}"] = files[key]
+            for key in ("memory.max", "memory.swap.max"):  # results keys nest on dots
+                results[f"gvisor.{name}.{key.replace('.', '_')}"] = files[key]
             results[f"gvisor.{name}.used_bytes"] = used(files)
             results[f"gvisor.{name}.swap_current_bytes"] = int(files["memory.swap.current"])
     finally:
