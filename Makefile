@@ -81,8 +81,10 @@ image:
 
 ## The real swap node (kubelet, kernel, Debian root, images), built once and cached; and the
 ## swapwise image it runs in-cluster (built here: the tests run without a network).
+## SWAPWISE_NODE_GVISOR=1 adds gVisor (runsc and its containerd shim) and its scenario.
 node: control-plane
 	tests/node/build-node.sh
+	if [ "$$SWAPWISE_NODE_GVISOR" = 1 ]; then tests/node/build-gvisor.sh; fi
 	hack/build-image.sh --local-base
 
 ## Real-node scenarios, inside a network namespace of their own; figures in build/node-e2e/.

@@ -109,6 +109,7 @@ if ! fresh "$ddir" "$dkey"; then
   install -m755 "$kubelet" "$stage/swapwise/kubelet"
   install -m755 "$here/guest/node-init.sh" "$stage/swapwise/node-init.sh"
   install -m644 "$here/guest/containerd.toml" "$stage/swapwise/containerd.toml"
+  install -m644 "$here/guest/runsc.toml" "$stage/swapwise/runsc.toml"
   install -D -m644 "$here/guest/cni.conflist" "$stage/etc/cni/net.d/10-swapwise.conflist"
   cp "$idir/pause.tar" "$idir/workload.tar" "$stage/swapwise/images/"
   : > "$stage/etc/machine-id"

@@ -32,12 +32,15 @@ from tests.e2e.cluster import (
 )
 from tests.e2e.install import Installation
 from tests.node.incluster import IMAGE_ARCHIVE
-from tests.node.node import Artifacts, RealNode, network_to_guest
+from tests.node.node import Artifacts, GVisor, RealNode, network_to_guest
 from tests.support.progress import uncaptured
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "build" / "node-e2e" / "results.json"
 REQUIRED = os.environ.get("SWAPWISE_NODE_E2E") == "1"
+# The gVisor scenario (test_node_gvisor.py) is opt-in: building runsc costs about 5 minutes cold
+# and one sandbox takes minutes to start under emulation (BENCHMARKS.md).
+GVISOR = os.environ.get("SWAPWISE_NODE_GVISOR") == "1"
 
 # The profiles of the scenarios: swapRatio 2 matches the node (swap = 2 x RAM); the
 # aggressive one asks for a tenth of the limit, far past what the node's swap can hold.
@@ -93,14 +96,20 @@ def control_plane(pytestconfig: pytest.Config, private_network: None) -> Iterato
 
 
 @pytest.fixture(scope="session")
-def node(control_plane: ControlPlane, artifacts: Artifacts) -> Iterator[RealNode]:
+def node(pytestconfig: pytest.Config, control_plane: ControlPlane, artifacts: Artifacts
+         ) -> Iterator[RealNode]:
     """The swap node: 2 GiB of RAM, 4 GiB of swap (swap = 2 x RAM), 2 vCPUs, LimitedSwap;
-    its containerd imports the swapwise image of ``make image`` at boot."""
+    its containerd imports the swapwise image of ``make image`` at boot, and installs gVisor
+    when SWAPWISE_NODE_GVISOR=1."""
     if not IMAGE_ARCHIVE.is_file():
         pytest.fail(f"{IMAGE_ARCHIVE} is missing: `make node` builds it (hack/build-image.sh "
                     "--local-base), before the tests enter their network namespace",
                     pytrace=False)
-    with RealNode(control_plane, artifacts, images=(IMAGE_ARCHIVE,)) as real:
+    gvisor = None
+    if GVISOR:
+        with uncaptured(pytestconfig):
+            gvisor = GVisor.build()
+    with RealNode(control_plane, artifacts, images=(IMAGE_ARCHIVE,), gvisor=gvisor) as real:
         yield real
 
 

@@ -34,6 +34,8 @@ from tests.e2e.cluster import SERVICE_CIDR, ClusterError, Component, ControlPlan
 
 NODE_DIR = Path(__file__).resolve().parent
 BUILD_SCRIPT = NODE_DIR / "build-node.sh"
+GVISOR_BUILD_SCRIPT = NODE_DIR / "build-gvisor.sh"
+GVISOR_BINARIES = ("runsc", "containerd-shim-runsc-v1")
 TAP = "swtap0"
 HOST_IP = "10.0.2.2"  # the network namespace's end of the tap: the API server, for the guest
 GUEST_IP = "10.0.2.15"  # the node's InternalIP
@@ -81,6 +83,28 @@ class Artifacts:
                    data["kubelet_version"])
 
 
+@dataclass(frozen=True)
+class GVisor:
+    """What build-gvisor.sh produced (its gvisor.json): runsc and its containerd shim."""
+
+    directory: Path
+    version: str
+
+    @classmethod
+    def build(cls) -> GVisor:
+        """Run build-gvisor.sh (nothing is rebuilt when cached) and read what it made."""
+        subprocess.run(["bash", str(GVISOR_BUILD_SCRIPT)], check=True)
+        data = json.loads((cache_dir() / "gvisor.json").read_text())
+        return cls(Path(data["dir"]), data["version"])
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)  # no copy of a large file if it can
+    except OSError:
+        shutil.copy(source, target)
+
+
 def kubelet_config(swap_behavior: str, eviction_memory: str = "100Mi") -> dict[str, Any]:
     """The KubeletConfiguration of a swap node (docs/nodes.md explains each field)."""
     return {
@@ -107,6 +131,10 @@ def kubelet_config(swap_behavior: str, eviction_memory: str = "100Mi") -> dict[s
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,
         "serializeImagePulls": False,
+        # The CRI calls' deadline (2m by default). Under emulation on a loaded machine a
+        # gVisor sandbox takes minutes to boot; past the deadline the kubelet cancels and
+        # retries, so it would never start. A longer one changes nothing for runc's.
+        "runtimeRequestTimeout": "15m",
         "nodeStatusUpdateFrequency": "10s",
     }
 
@@ -124,9 +152,11 @@ class RealNode:
         cpus: int = 2,
         swap_behavior: str = "LimitedSwap",
         images: tuple[Path, ...] = (),
+        gvisor: GVisor | None = None,
     ) -> None:
         """``images``: OCI archives the guest's containerd imports at boot, besides the test
-        images on its disk (for example the swapwise image of ``make image``)."""
+        images on its disk (for example the swapwise image of ``make image``). ``gvisor``:
+        runsc and its shim, installed at boot for containerd's ``runsc`` handler."""
         self.cp = cp
         self.artifacts = artifacts
         self.name = name
@@ -135,6 +165,7 @@ class RealNode:
         self.cpus = cpus
         self.swap_behavior = swap_behavior
         self.images = images
+        self.gvisor = gvisor
         self.workdir = cp.workdir / f"node-{name}"
         self.share = self.workdir / "share"
         self.qemu: Component | None = None
@@ -212,10 +243,11 @@ class RealNode:
         images = share / "images"
         images.mkdir()
         for image in self.images:
-            try:
-                os.link(image, images / image.name)  # no copy of a large archive if it can
-            except OSError:
-                shutil.copy(image, images / image.name)
+            _link_or_copy(image, images / image.name)
+        if self.gvisor is not None:
+            (share / "gvisor").mkdir()
+            for binary in GVISOR_BINARIES:
+                _link_or_copy(self.gvisor.directory / binary, share / "gvisor" / binary)
         (share / "kubelet.flags").write_text(
             f"--hostname-override={self.name} --node-ip={GUEST_IP} --v=2\n"
         )
@@ -361,13 +393,15 @@ class RealNode:
 
 def main() -> None:
     """``unshare --net -- python -m tests.node.node``: a control plane and one real swap node,
-    until Ctrl-C. Reach them from another shell with ``nsenter --net=/proc/PID/ns/net``."""
+    until Ctrl-C (with gVisor's runsc handler when SWAPWISE_NODE_GVISOR=1). Reach them from
+    another shell with ``nsenter --net=/proc/PID/ns/net``."""
     from tests.e2e.cluster import ensure_binaries
 
     network_to_guest()
     artifacts = Artifacts.build()
+    gvisor = GVisor.build() if os.environ.get("SWAPWISE_NODE_GVISOR") == "1" else None
     with (ControlPlane(ensure_binaries(), keep=True, bind_address="0.0.0.0") as cp,
-          RealNode(cp, artifacts) as node):
+          RealNode(cp, artifacts, gvisor=gvisor) as node):
         print(f"node {node.name} registered; guest files in {node.share}; pid {os.getpid()}")
         cp.run_until_interrupted()
 

@@ -3,6 +3,7 @@
 #
 # The host talks to it only through the 9p share mounted at /share:
 #   in:  kubelet.yaml, kubelet.kubeconfig, pki/ (ca.crt, kubelet.crt, kubelet.key), kubelet.flags,
+#        gvisor/ (runsc and its containerd shim, optional: installed before containerd starts),
 #        kubernetes-service ("SERVICE_IP PORT API_IP API_PORT"), images/*.tar (imported at boot),
 #        kill-container (a request: "ID SIGNAL", signal that CRI container's task),
 #        restart-kubelet (a request: restart the kubelet with the current kubelet.yaml),
@@ -65,6 +66,13 @@ log "swap on: $(tail -n +2 /proc/swaps | tr -s ' ' | tr '\n' ' ')"
 log "meminfo: $(grep -E '^(MemTotal|SwapTotal):' /proc/meminfo | tr -s ' ' | tr '\n' ' ')"
 
 mkdir -p /var/lib/kubelet /etc/kubernetes/pki /var/log/pods
+# gVisor, when the run brings it (build-gvisor.sh): containerd's runsc handler finds its shim
+# on PATH and runsc where runsc.toml says.
+if [ -x /share/gvisor/runsc ]; then
+  install -m755 /share/gvisor/runsc /share/gvisor/containerd-shim-runsc-v1 /usr/local/bin/
+  mkdir -p /share/gvisor/logs
+  log "gVisor: $(/usr/local/bin/runsc --version | head -1)"
+fi
 ( echo $BASHPID > /sys/fs/cgroup/system.slice/containerd/cgroup.procs
   exec containerd --config /swapwise/containerd.toml > /share/containerd.log 2>&1 ) &
 for _ in $(seq 1 600); do [ -S /run/containerd/containerd.sock ] && break; sleep 0.5; done
