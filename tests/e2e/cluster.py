@@ -39,6 +39,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, TypeVar
 
+import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -65,11 +66,7 @@ def k8s_version(line: str = DEFAULT_LINE) -> str:
     return match.group(1)
 
 
-def _k8s_version() -> str:
-    return k8s_version(DEFAULT_LINE)
-
-
-K8S_VERSION = _k8s_version()  # e.g. v1.34.4
+K8S_VERSION = k8s_version()  # e.g. v1.34.4
 SWAP_LABEL = "feature.node.kubernetes.io/memory-swap"
 PROFILE_LABEL = "swapwise.io/profile"
 SERVICE_CIDR = "10.96.0.0/24"
@@ -100,6 +97,12 @@ def missing_binaries(directory: Path | None = None, names: Iterable[str] = BINAR
     """Names of binaries not built yet."""
     directory = directory or bin_dir()
     return [b for b in names if not os.access(directory / b, os.X_OK)]
+
+
+def skip_unless_e2e() -> None:
+    """Skip the calling test or fixture when SWAPWISE_SKIP_E2E=1 (no control plane wanted)."""
+    if os.environ.get("SWAPWISE_SKIP_E2E") == "1":
+        pytest.skip("SWAPWISE_SKIP_E2E=1: end-to-end tests against a local control plane skipped")
 
 
 def ensure_binaries(line: str = DEFAULT_LINE, names: Iterable[str] = ALL_BINARIES) -> Path:

@@ -6,7 +6,6 @@ cached after: see build-control-plane.sh). SWAPWISE_E2E_KEEP=1 keeps the work di
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Generator, Iterator
 from pathlib import Path
@@ -17,7 +16,12 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:  # so `tests.e2e.cluster` imports under plain `pytest` too
     sys.path.insert(0, str(REPO_ROOT))
 
-from tests.e2e.cluster import SWAP_LABEL, ControlPlane, ensure_binaries  # noqa: E402
+from tests.e2e.cluster import (  # noqa: E402
+    SWAP_LABEL,
+    ControlPlane,
+    ensure_binaries,
+    skip_unless_e2e,
+)
 from tests.support.progress import uncaptured  # noqa: E402
 
 SWAP_NODES = ("swap-1", "swap-2")
@@ -27,8 +31,7 @@ PLAIN_NODES = ("plain-1",)
 @pytest.fixture(scope="session")
 def control_plane(pytestconfig: pytest.Config) -> Iterator[ControlPlane]:
     """etcd + kube-apiserver + scheduler + controller-manager, torn down after the session."""
-    if os.environ.get("SWAPWISE_SKIP_E2E") == "1":
-        pytest.skip("SWAPWISE_SKIP_E2E=1: end-to-end tests against a local control plane skipped")
+    skip_unless_e2e()
     with uncaptured(pytestconfig):
         binaries = ensure_binaries()
     with ControlPlane(binaries) as cp:

@@ -41,6 +41,7 @@ from tests.e2e.cluster import (
     Swapwise,
     ensure_binaries,
     k8s_version,
+    skip_unless_e2e,
     webhook_configuration,
 )
 from tests.e2e.engine_cases import table_cases
@@ -228,8 +229,7 @@ def _probe(profile: Profile) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def cluster(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory
             ) -> Iterator[ControlPlane]:
-    if os.environ.get("SWAPWISE_SKIP_E2E") == "1":
-        pytest.skip("SWAPWISE_SKIP_E2E=1: end-to-end tests against a local control plane skipped")
+    skip_unless_e2e()
     with uncaptured(pytestconfig):
         # Only the API server runs admission: the 1.37 line adds one binary to the cache,
         # the rest of the control plane is the default line's (shared with every e2e test).

@@ -21,7 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.cluster import ControlPlane, Swapwise, ensure_binaries, free_port
+from tests.e2e.cluster import (
+    ControlPlane,
+    Swapwise,
+    ensure_binaries,
+    free_port,
+    skip_unless_e2e,
+)
 from tests.support import docs
 
 pytestmark = pytest.mark.e2e
@@ -108,8 +114,7 @@ def checked(session: Session, command: docs.Command) -> None:
 
 @pytest.mark.parametrize("name", CLUSTER_DOCS)
 def test_cluster_commands(name: str, tmp_path: Path) -> None:
-    if os.environ.get("SWAPWISE_SKIP_E2E") == "1":
-        pytest.skip("SWAPWISE_SKIP_E2E=1")
+    skip_unless_e2e()
     doc = docs.load(name)
     for linked in ("examples", "charts"):
         (tmp_path / linked).symlink_to(docs.REPO / linked)

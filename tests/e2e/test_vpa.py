@@ -26,7 +26,6 @@ docs/vpa.md quotes the figures this prints.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,8 +103,7 @@ def deployment(namespace: str, replicas: int = 1) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def cluster(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory
             ) -> Iterator[Cluster]:
-    if os.environ.get("SWAPWISE_SKIP_E2E") == "1":
-        pytest.skip("SWAPWISE_SKIP_E2E=1: end-to-end tests against a local control plane skipped")
+    k8s.skip_unless_e2e()
     with uncaptured(pytestconfig):
         binaries = k8s.ensure_binaries()
         ensure_vpa_binaries()  # a failed build fails here, with its output: never a skip
