@@ -65,6 +65,14 @@ def cache_dir() -> Path:
     return Path(os.environ.get("SWAPWISE_NODE_CACHE") or Path.home() / ".cache/swapwise/node")
 
 
+def _build(script: Path, manifest: str) -> dict[str, Any]:
+    """Run a build script (stamp-checked: a cached build does nothing) and read the manifest
+    it writes into the node cache."""
+    subprocess.run(["bash", str(script)], check=True)
+    data: dict[str, Any] = json.loads((cache_dir() / manifest).read_text())
+    return data
+
+
 @dataclass(frozen=True)
 class Artifacts:
     """What build-node.sh produced (its artifacts.json)."""
@@ -77,8 +85,7 @@ class Artifacts:
     @classmethod
     def build(cls) -> Artifacts:
         """Run build-node.sh (nothing is rebuilt when cached) and read what it made."""
-        subprocess.run(["bash", str(BUILD_SCRIPT)], check=True)
-        data = json.loads((cache_dir() / "artifacts.json").read_text())
+        data = _build(BUILD_SCRIPT, "artifacts.json")
         return cls(Path(data["kernel"]), Path(data["initramfs"]), Path(data["root_disk"]),
                    data["kubelet_version"])
 
@@ -93,8 +100,7 @@ class GVisor:
     @classmethod
     def build(cls) -> GVisor:
         """Run build-gvisor.sh (nothing is rebuilt when cached) and read what it made."""
-        subprocess.run(["bash", str(GVISOR_BUILD_SCRIPT)], check=True)
-        data = json.loads((cache_dir() / "gvisor.json").read_text())
+        data = _build(GVISOR_BUILD_SCRIPT, "gvisor.json")
         return cls(Path(data["dir"]), data["version"])
 
 
