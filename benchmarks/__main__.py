@@ -13,7 +13,7 @@ import sys
 
 from tests.e2e.cluster import missing_binaries
 
-STEPS = ["inprocess", "https", "memory", "apiserver"]
+STEPS = ["cpu", "inprocess", "https", "memory", "apiserver"]
 
 
 def main() -> int:

@@ -36,6 +36,7 @@ from webhook.admission import InvalidReview, Outcome, decide, parse_review, revi
 from webhook.engine.warnings import warning
 from webhook.logs import get_logger
 from webhook.policy import Policy
+from webhook.server import asynclog
 from webhook.server.metrics import Metrics
 from webhook.server.reload import PolicyStore
 
@@ -250,9 +251,10 @@ class Admission:
         self.metrics.latency.observe(elapsed)
         if answer.changed:
             self.metrics.containers_changed.labels(label).inc(answer.changed)
-        log.info(
+        asynclog.info(
+            log,
             "admission",
-            extra={
+            {
                 "uid": answer.uid,
                 "profile": profile,
                 "namespace": answer.namespace,
