@@ -302,28 +302,32 @@ def dump(pid: int) -> None:
                    capture_output=True)
 
 
-def server_callgrind(admissions: int, connections: int) -> list[list[str]]:
+def server_callgrind(admissions: int, connections: int, compare: str | None
+                     ) -> list[list[str]]:
     """Instructions per admission of each server under valgrind, over ``admissions``."""
     body = review_bytes(4)
     directory = Path(tempfile.mkdtemp(prefix="swapwise-callgrind-"))
     rows = []
     per: dict[str, float] = {}
     workdir = Path(tempfile.mkdtemp(prefix="swapwise-bench-"))
-    server = ServerProcess(workdir, None)  # only for its certificate mount
-    for name in ("swapwise", "floor"):
-        out = directory / name
-        wrapper = valgrind(out, "--collect-systime=no")
+    certs = ServerProcess(workdir / "certs", None)  # only for its certificate mount
+    sources = {"swapwise": os.environ.get(BASELINE_ENV)}
+    if compare:
+        sources[f"swapwise from {compare}"] = compare
+    for name in [*sources, "floor"]:
+        out = directory / str(len(per))
+        wrapper = valgrind(out)
         if name == "floor":
-            target = Floor(server.tls.root, wrapper)
-            url, pid, stop = target.url, target.process.pid, target.stop
+            floor = Floor(certs.tls.root, wrapper)
+            url, pid, stop = floor.url, floor.process.pid, floor.stop
         else:
-            proc = start_server_wrapped(workdir, wrapper)
-            assert proc.process is not None
-            url, pid, stop = proc.url, proc.process.pid, proc.stop
+            server = start_server_wrapped(workdir / str(len(per)), wrapper, sources[name])
+            url, pid, stop = server.url, pid_of(server), server.stop
         try:
-            client_admissions(url, server.ca_file(), body, 200, connections)  # warm up
+            ca = certs.ca_file() if name == "floor" else server.ca_file()
+            client_admissions(url, ca, body, 200, connections)  # warm up
             dump(pid)
-            client_admissions(url, server.ca_file(), body, admissions, connections)
+            client_admissions(url, ca, body, admissions, connections)
             dump(pid)
         finally:
             stop()
@@ -331,24 +335,25 @@ def server_callgrind(admissions: int, connections: int) -> list[list[str]]:
         # parts: startup + warm-up | measured | shutdown
         per[name] = totals[1] / admissions
         rows.append([f"{name}, instructions per admission", f"{per[name]:,.0f}"])
-    rows.append(["**swapwise ÷ floor (instructions)**",
-                 f"**{per['swapwise'] / per['floor']:.2f}**"])
+    for name in sources:
+        rows.append([f"**{name} ÷ floor (instructions)**",
+                     f"**{per[name] / per['floor']:.2f}**"])
+    if compare:
+        rows.append([f"swapwise ÷ swapwise from {compare} (instructions)",
+                     f"{per['swapwise'] / per[f'swapwise from {compare}']:.2f}"])
     shutil.rmtree(directory, ignore_errors=True)
     return rows
 
 
-def start_server_wrapped(workdir: Path, wrapper: list[str]) -> ServerProcess:
-    """``swapwise serve`` under ``wrapper`` (valgrind), from $SWAPWISE_BENCH_SRC if set."""
+def start_server_wrapped(workdir: Path, wrapper: list[str], source: str | None
+                         ) -> ServerProcess:
+    """``swapwise serve`` under ``wrapper`` (valgrind), from ``source`` if given."""
     from benchmarks.payloads import POLICY_YAML
 
-    server = ServerProcess(workdir / "wrapped", POLICY_YAML, "--drain-seconds", "0")
-    baseline = os.environ.get(BASELINE_ENV)
-    path = f"sys.path.insert(0, {baseline!r}); " if baseline else ""
+    server = ServerProcess(workdir, POLICY_YAML)
+    path = f"sys.path.insert(0, {source!r}); " if source else ""
     launcher = f"import sys; {path}from webhook.cli import main; sys.exit(main())"
     server.args[0:1] = [*wrapper, sys.executable, "-c", launcher]
-    if baseline:  # only options every version has
-        server.args.remove("--drain-seconds")
-        server.args.remove("0")
     return server.start(timeout=300)
 
 
@@ -365,6 +370,7 @@ def main() -> None:
                         help="also measure the server of another source tree, in the same "
                              "run (a tree as for SWAPWISE_BENCH_SRC)")
     parser.add_argument("--skip-server", action="store_true")
+    parser.add_argument("--skip-decision", action="store_true")
     args = parser.parse_args()
     print(machine())
     if not args.skip_server:
@@ -375,13 +381,14 @@ def main() -> None:
                f"{args.rounds} x {args.duration:g} s each",
                server_cpu(args, body),
                ["server", "µs CPU/admission (median)", "range", "admissions/s", "loadavg"])
-    report("Decision function (µs per call; ratio per batch, median of 15)",
-           decision_timing(2000, 15), ["", "median µs", "range"])
-    if args.callgrind:
+    if not args.skip_decision:
+        report("Decision function (µs of CPU per call; ratio per batch, median of 15)",
+               decision_timing(2000, 15), ["", "median µs", "range"])
+    if args.callgrind and not args.skip_decision:
         report("Decision function under callgrind (per call)",
                decision_callgrind(300), ["", "value"])
         report(f"Servers under callgrind (per admission, {args.connections} connections)",
-               server_callgrind(1000, args.connections), ["", "value"])
+               server_callgrind(1000, args.connections, args.compare), ["", "value"])
     print(machine())
 
 
