@@ -58,6 +58,21 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK  # fields 14 and 15 of proc(5)
 
 
+def sched_seconds(pid: int) -> tuple[float, float]:
+    """(on CPU, runnable but waiting for a CPU) so far, summed over the live threads of
+    ``pid`` (/proc/<pid>/task/*/schedstat, nanoseconds). The wait shows how much the rest
+    of the machine held the server back: it limits throughput, not CPU per admission."""
+    running = waiting = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            on_cpu, queued, _slices = (task / "schedstat").read_text().split()
+        except (OSError, ValueError):
+            continue  # a thread that just ended
+        running += int(on_cpu)
+        waiting += int(queued)
+    return running / 1e9, waiting / 1e9
+
+
 def pin(pid: int, cpu: int) -> None:
     """Pin every thread of ``pid`` (threads started later inherit the main thread's mask)."""
     if cpu >= (os.cpu_count() or 1):
@@ -96,15 +111,18 @@ class Floor:
 
 
 def loaded_wrk(url: str, body: Path, connections: int, seconds: float, pid: int
-               ) -> tuple[float, int]:
-    """CPU seconds ``pid`` spent while wrk (on the other CPU) ran, and admissions answered."""
+               ) -> tuple[float, float, int]:
+    """CPU seconds ``pid`` spent while wrk (on the other CPU) ran, seconds it waited for
+    the CPU, and admissions answered."""
     before = cpu_seconds(pid)
+    _, waited_before = sched_seconds(pid)
     result = wrk(url, body, connections, seconds, 1)
     used = cpu_seconds(pid) - before
+    waited = sched_seconds(pid)[1] - waited_before
     errors = sum(result.get(k, 0) for k in ("connect", "read", "write", "status", "timeout"))
     if errors:
         raise SystemExit(f"wrk saw {errors} errors against {url}: {result}")
-    return used, int(result["requests"])
+    return used, waited, int(result["requests"])
 
 
 def pid_of(server: ServerProcess) -> int:
@@ -146,11 +164,14 @@ def server_cpu(args: argparse.Namespace, body: Path) -> list[list[str]]:
         rates: dict[str, list[float]] = {name: [] for name in targets}
         for _ in range(args.rounds):
             for name, (url, pid) in targets.items():
-                used, answered = loaded_wrk(url, body, args.connections, args.duration, pid)
+                used, waited, answered = loaded_wrk(url, body, args.connections,
+                                                    args.duration, pid)
                 per[name].append(used / answered * 1e6)
                 rates[name].append(answered / args.duration)
                 print(f"   {name}: {per[name][-1]:.1f} µs CPU/admission, "
-                      f"{rates[name][-1]:,.0f}/s, load {os.getloadavg()[0]:.2f}", flush=True)
+                      f"{rates[name][-1]:,.0f}/s, waited for the CPU "
+                      f"{waited / args.duration:.0%} of the time, "
+                      f"load {os.getloadavg()[0]:.2f}", flush=True)
         for name in targets:
             rows.append([name, f"{median(per[name]):.1f}",
                          f"{min(per[name]):.1f}-{max(per[name]):.1f}",

@@ -39,7 +39,11 @@ def timestamp(created: float, msecs: float | None = None) -> str:
 
 def json_line(created: float, level: str, logger: str, msg: str, fields: dict[str, Any]
               ) -> str:
-    """The line :class:`JsonFormatter` writes for such a record, without the record."""
+    """The line :class:`JsonFormatter` writes for such a record, without the record.
+
+    (Writing the scalars piece by piece with the encoder's string escaping was measured:
+    no cheaper than this one C encoder call.)
+    """
     return _ENCODER.encode({"ts": timestamp(created), "level": level, "logger": logger,
                             "msg": msg, **fields})
 

@@ -10,13 +10,14 @@ BENCHMARKS.md).
 The writer thread must not wake per line either. It used to (a ``QueueListener``
 blocked on the queue): every admission woke it, it then waited for the GIL, got it the
 next time the event loop released it (in ``SSLObject.write``, sending the response) and
-formatted the record while the loop waited to get the GIL back. That hand-off, twice per
-admission, was most of what ``SSLObject.write`` cost under load. Now the thread wakes on
-the first line of a batch, sleeps :data:`BATCH_SECONDS` without the GIL while more lines
-queue up, then writes them all at once: a few wake-ups a second under any load, none when
-idle. The admission line itself is formatted on the loop (:func:`info`, a few
-microseconds) so the thread holds the GIL only to join and write; other records are
-formatted by the thread as before.
+formatted the record while the loop waited to get the GIL back. That hand-off, per
+admission, was most of what ``SSLObject.write`` cost under load (BENCHMARKS.md). Now the
+admission line is formatted on the loop (:func:`info`, a few microseconds: no LogRecord,
+no handler calls) and held in a list there; a timer moves what gathered to the queue
+every :data:`BATCH_SECONDS`, so the thread wakes once per batch and holds the GIL only to
+join and write. (Letting the thread sleep between batches instead was measured: the
+server's latency doubled on a loaded machine.) Other records go to the queue at once, as
+before, after any lines held: the output keeps the order in which things were logged.
 
 The queue is bounded: if the writer cannot keep up, lines are dropped (and counted on
 stderr) rather than admissions delayed. Enqueueing is reentrant, so logging from a signal
@@ -27,6 +28,7 @@ each child. Exit flushes what is queued.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import logging
 import logging.handlers
@@ -35,13 +37,14 @@ import queue
 import sys
 import threading
 import time
+from collections import deque
 from typing import Any, ClassVar
 
 from webhook.logs import json_line
 
 QUEUE_SIZE = 10_000
-# How long the writer lets lines gather after the first one of a batch: the most a line
-# waits before it is written (stop() writes everything at once).
+# How long admission lines gather on the event loop before they go to the writer: the
+# most a line waits before it is written (stop() writes everything at once).
 BATCH_SECONDS = 0.02
 
 Item = logging.LogRecord | str | None  # a record, a formatted line, or None: stop
@@ -58,6 +61,11 @@ class _Enqueue(logging.handlers.QueueHandler):
 
     def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
         return record  # formatted by the real handler, in the writer thread
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if _Held.lines:
+            _release()  # lines logged before this record are written before it
+        super().emit(record)
 
     def enqueue(self, record: logging.LogRecord | str) -> None:
         # SimpleQueue.put is reentrant: a signal handler that logs (SIGTERM starts the
@@ -104,10 +112,7 @@ def _write_lines(handlers: list[logging.Handler], lines: list[str]) -> None:
 
 def _writer(records: queue.SimpleQueue[Item], handlers: list[logging.Handler]) -> None:
     while True:
-        first = records.get()
-        if first is not None:
-            time.sleep(BATCH_SECONDS)  # without the GIL: let the batch gather
-        batch = [first]
+        batch = [records.get()]
         try:
             while True:
                 batch.append(records.get_nowait())
@@ -116,6 +121,29 @@ def _writer(records: queue.SimpleQueue[Item], handlers: list[logging.Handler]) -
         _write(handlers, batch)
         if None in batch:
             return
+
+
+class _Held:
+    """Admission lines held on the event loop until the next batch (see the top)."""
+
+    lines: ClassVar[deque[str]] = deque()
+    timer: ClassVar[asyncio.TimerHandle | None] = None
+    loop: ClassVar[asyncio.AbstractEventLoop | None] = None
+
+
+def _release() -> None:
+    """Move the held lines to the queue, oldest first.
+
+    ``popleft`` one by one: if a signal handler that logs interrupts this, each line still
+    goes to the queue exactly once.
+    """
+    _Held.timer = None
+    enqueue = _State.enqueue
+    lines = _Held.lines
+    while lines:
+        line = lines.popleft()
+        if enqueue is not None:
+            enqueue.enqueue(line)
 
 
 class _State:
@@ -150,6 +178,7 @@ def start() -> None:
 
 def stop() -> None:
     """Write out everything queued and stop the writer thread."""
+    _release()
     thread, _State.thread = _State.thread, None
     _State.lines = False
     if thread is not None and _State.enqueue is not None:
@@ -171,8 +200,18 @@ def info(logger: logging.Logger, msg: str, fields: dict[str, Any]) -> None:
     """
     if not logger.isEnabledFor(logging.INFO):
         return
-    enqueue = _State.enqueue
-    if _State.lines and enqueue is not None:
-        enqueue.enqueue(json_line(time.time(), "info", logger.name, msg, fields))
-    else:
+    if not _State.lines:
         logger.info(msg, extra=fields)
+        return
+    line = json_line(time.time(), "info", logger.name, msg, fields)
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # not on the event loop: straight to the queue
+        _release()
+        assert _State.enqueue is not None
+        _State.enqueue.enqueue(line)
+        return
+    _Held.lines.append(line)
+    if _Held.timer is None or _Held.loop is not loop:  # (a new loop: the old timer is dead)
+        _Held.loop = loop
+        _Held.timer = loop.call_later(BATCH_SECONDS, _release)
