@@ -241,8 +241,10 @@ def decision_child(args: list[str], wrapper: list[str] | None = None
     repo = str(Path(__file__).resolve().parent.parent)
     path = [baseline, repo] if baseline else [repo]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+    # Run from elsewhere: `python -c` puts the current directory first on the path.
     return subprocess.run([*(wrapper or []), sys.executable, "-c", DECISION, *args],
-                          env=env, capture_output=True, text=True, check=True)
+                          env=env, capture_output=True, text=True, check=True,
+                          cwd=tempfile.gettempdir())
 
 
 def decision_timing(iterations: int, batches: int) -> list[list[str]]:
