@@ -2,6 +2,7 @@
 function as a ratio to bare JSON.
 
     python -m benchmarks.cpu [--duration 5] [--rounds 3] [--connections 32] [--callgrind]
+                             [--compare DIR ...] [--server-args '...']
 
 Absolute times on a shared 2-core machine move from run to run; ratios measured in the
 same run move far less, so these are the headline figures of BENCHMARKS.md:
@@ -23,7 +24,8 @@ same run move far less, so these are the headline figures of BENCHMARKS.md:
   client to each server running under valgrind (slow: a minute or two each).
 
 ``SWAPWISE_BENCH_SRC=<dir>`` measures the server (and the decision) of another source tree,
-for before/after figures (see BENCHMARKS.md).
+for before/after figures (see BENCHMARKS.md); ``--compare <dir>`` measures another tree's
+server in the same run as this one, alternating with it.
 """
 
 from __future__ import annotations
@@ -146,8 +148,8 @@ def start_tree(source: str | None, server_args: str) -> ServerProcess:
 
 def server_cpu(args: argparse.Namespace, body: Path) -> list[list[str]]:
     servers = {"swapwise": start_tree(os.environ.get(BASELINE_ENV), args.server_args)}
-    if args.compare:
-        servers[f"swapwise from {args.compare}"] = start_tree(args.compare, args.server_args)
+    for source in args.compare:
+        servers[f"swapwise from {source}"] = start_tree(source, args.server_args)
     floor = Floor(servers["swapwise"].tls.root)
     rows = []
     try:
@@ -181,8 +183,8 @@ def server_cpu(args: argparse.Namespace, body: Path) -> list[list[str]]:
             rows.append([f"**{name} ÷ floor**", f"**{median(ratios):.2f}**",
                          f"{min(ratios):.2f}-{max(ratios):.2f}", "",
                          f"{os.getloadavg()[0]:.2f}"])
-        if args.compare:
-            name = f"swapwise from {args.compare}"
+        for source in args.compare:
+            name = f"swapwise from {source}"
             ratios = [s / b for s, b in zip(per["swapwise"], per[name], strict=True)]
             rows.append([f"swapwise ÷ {name}", f"{median(ratios):.2f}",
                          f"{min(ratios):.2f}-{max(ratios):.2f}", "", ""])
@@ -325,7 +327,7 @@ def dump(pid: int) -> None:
                    capture_output=True)
 
 
-def server_callgrind(admissions: int, connections: int, compare: str | None
+def server_callgrind(admissions: int, connections: int, compare: list[str]
                      ) -> list[list[str]]:
     """Instructions per admission of each server under valgrind, over ``admissions``."""
     body = review_bytes(4)
@@ -335,8 +337,8 @@ def server_callgrind(admissions: int, connections: int, compare: str | None
     workdir = Path(tempfile.mkdtemp(prefix="swapwise-bench-"))
     certs = ServerProcess(workdir / "certs", None)  # only for its certificate mount
     sources = {"swapwise": os.environ.get(BASELINE_ENV)}
-    if compare:
-        sources[f"swapwise from {compare}"] = compare
+    for source in compare:
+        sources[f"swapwise from {source}"] = source
     for name in [*sources, "floor"]:
         out = directory / str(len(per))
         wrapper = valgrind(out)
@@ -361,9 +363,9 @@ def server_callgrind(admissions: int, connections: int, compare: str | None
     for name in sources:
         rows.append([f"**{name} ÷ floor (instructions)**",
                      f"**{per[name] / per['floor']:.2f}**"])
-    if compare:
-        rows.append([f"swapwise ÷ swapwise from {compare} (instructions)",
-                     f"{per['swapwise'] / per[f'swapwise from {compare}']:.2f}"])
+    for source in compare:
+        rows.append([f"swapwise ÷ swapwise from {source} (instructions)",
+                     f"{per['swapwise'] / per[f'swapwise from {source}']:.2f}"])
     shutil.rmtree(directory, ignore_errors=True)
     return rows
 
@@ -389,9 +391,9 @@ def main() -> None:
                         help="extra `swapwise serve` options, e.g. '--log-level warning'")
     parser.add_argument("--callgrind", action="store_true",
                         help="also count instructions under valgrind (a few minutes)")
-    parser.add_argument("--compare", metavar="DIR",
+    parser.add_argument("--compare", metavar="DIR", action="append", default=[],
                         help="also measure the server of another source tree, in the same "
-                             "run (a tree as for SWAPWISE_BENCH_SRC)")
+                             "run (a tree as for SWAPWISE_BENCH_SRC); repeatable")
     parser.add_argument("--skip-server", action="store_true")
     parser.add_argument("--skip-decision", action="store_true")
     args = parser.parse_args()

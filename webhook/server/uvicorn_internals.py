@@ -20,9 +20,7 @@ with ``limit_concurrency``, eventually push real admissions into 503s). So:
 - on graceful shutdown, a request already being received is answered (with
   ``Connection: close``) instead of dropped with its connection;
 - a connection lost with an error releases its keep-alive timer (and so its memory) at
-  once; uvicorn keeps it armed for the whole keep-alive timeout;
-- a response leaves in one write: uvicorn writes the head and the body separately, which
-  over TLS is two records, two ``SSLObject.write`` calls and two ``send(2)`` (:class:`Cork`).
+  once; uvicorn keeps it armed for the whole keep-alive timeout.
 
 The keep-alive timeout between requests stays uvicorn's (longer than the API server's
 90 s idle timeout, see options.py). The server owns its TLS listener (a handshake timeout),
@@ -49,56 +47,6 @@ log = get_logger("server")
 
 MAX_HEADER_BYTES = 64 * 1024
 SHUTDOWN_GRACE = 1.0  # how long a connected but silent client may still send on shutdown
-
-
-class Cork:
-    """What a request's cycle writes through: a response is held until it is complete,
-    then written at once (one TLS record and one ``send(2)`` instead of two each).
-
-    uvicorn's cycle writes the status line and headers on ``http.response.start`` and
-    the body on ``http.response.body``; each ``transport.write`` on a TLS transport
-    encrypts a record and sends it at once. Held: whatever the cycle writes once the
-    response has started; written when uvicorn reports the response complete
-    (``on_response``) or closes the connection. Anything before the response (``100
-    Continue``) passes straight through. Uses the cycle's ``transport``,
-    ``response_started`` and ``on_response``.
-    """
-
-    __slots__ = ("_held", "_on_response", "_transport", "cycle")
-
-    def __init__(self, transport: asyncio.Transport, cycle: Any) -> None:
-        self._transport = transport
-        self._held: list[bytes] = []
-        self.cycle = cycle
-        self._on_response = cycle.on_response
-        cycle.on_response = self.complete
-        cycle.transport = self
-
-    def write(self, data: bytes) -> None:
-        if self.cycle.response_started:
-            self._held.append(data)
-        else:
-            self._transport.write(data)
-
-    def flush(self) -> None:
-        if self._held:
-            held, self._held = self._held, []
-            if not self._transport.is_closing():
-                self._transport.write(held[0] if len(held) == 1 else b"".join(held))
-
-    def complete(self) -> None:
-        self.flush()
-        self._on_response()
-
-    def close(self) -> None:
-        self.flush()
-        self._transport.close()
-
-    def is_closing(self) -> bool:
-        return self._transport.is_closing()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._transport, name)
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
@@ -198,10 +146,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._in_body = True
         self._header_bytes = 0
         self._requests += 1
-        previous = self.cycle
         super().on_headers_complete()
-        if self.cycle is not None and self.cycle is not previous:  # a new request's cycle
-            Cork(self.transport, self.cycle)
         if self._shutting_down and self.cycle is not None:
             self.cycle.keep_alive = False
 
