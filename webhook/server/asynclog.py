@@ -7,20 +7,20 @@ request queued behind it waits too. Measured at 2,000 admissions/s on one worker
 was the p99 (24 ms with lines written in the loop, 2-3 ms with them queued; see
 BENCHMARKS.md).
 
-The writer thread must not wake per line either. It used to (a ``QueueListener``
+The writer thread should not wake per line either. It used to (a ``QueueListener``
 blocked on the queue): every admission woke it, it then waited for the GIL, got it the
 next time the event loop released it (in ``SSLObject.write``, sending the response) and
-formatted the record while the loop waited to get the GIL back. That hand-off, per
-admission, was most of what ``SSLObject.write`` cost under load (BENCHMARKS.md). Now the
-admission line is formatted on the loop (:func:`info`, a few microseconds: no LogRecord,
-no handler calls) and held in a list there; a timer moves what gathered to the queue
-every :data:`BATCH_SECONDS`, so the thread wakes once per batch and holds the GIL only to
-join and write. (Letting the thread sleep between batches instead was measured: the
-server's latency doubled on a loaded machine.) Other records go to the queue at once, as
-before, after any lines held: the output keeps the order in which things were logged.
+formatted the record while the loop waited to get the GIL back. That hand-off was over a
+third of what ``SSLObject.write`` cost under load (BENCHMARKS.md). Now the admission line
+is formatted on the loop (:func:`info`, a few microseconds: no LogRecord, no handler
+calls) and held in a deque there; a loop timer moves what gathered to the queue every
+:data:`BATCH_SECONDS`, so the thread wakes once per batch and holds the GIL only to join
+and write. Other records go to the queue at once, as before, after any lines held: the
+output keeps the order in which things were logged. (BENCHMARKS.md has an open question
+on what this does to latency on a CPU shared with other processes.)
 
-The queue is bounded: if the writer cannot keep up, lines are dropped (and counted on
-stderr) rather than admissions delayed. Enqueueing is reentrant, so logging from a signal
+The queue is bounded (the loop holds at most one batch, 20 ms of lines): if the writer
+cannot keep up, lines are dropped (and counted on stderr) rather than admissions delayed. Enqueueing is reentrant, so logging from a signal
 handler cannot deadlock against an interrupted log call. Forking (``serve --workers``) is
 handled: the writer thread stops before a fork and a fresh one starts in the parent and in
 each child. Exit flushes what is queued.
