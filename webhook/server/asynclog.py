@@ -20,10 +20,11 @@ output keeps the order in which things were logged. (BENCHMARKS.md has an open q
 on what this does to latency on a CPU shared with other processes.)
 
 The queue is bounded (the loop holds at most one batch, 20 ms of lines): if the writer
-cannot keep up, lines are dropped (and counted on stderr) rather than admissions delayed. Enqueueing is reentrant, so logging from a signal
-handler cannot deadlock against an interrupted log call. Forking (``serve --workers``) is
-handled: the writer thread stops before a fork and a fresh one starts in the parent and in
-each child. Exit flushes what is queued.
+cannot keep up, lines are dropped (and counted on stderr) rather than admissions delayed.
+Enqueueing is reentrant, so logging from a signal handler cannot deadlock against an
+interrupted log call. Forking (``serve --workers``) is handled: the writer thread stops
+before a fork and a fresh one starts in the parent and in each child. Exit flushes what is
+queued.
 """
 
 from __future__ import annotations
