@@ -14,20 +14,44 @@ _RESERVED = {*vars(logging.makeLogRecord({})), "color_message"}  # uvicorn adds 
 _ENCODER = json.JSONEncoder(default=str)
 
 
+class _Clock:
+    """ISO timestamps, with strftime once a second rather than once a line. One tuple,
+    replaced whole: the event loop and the log writer thread both read it."""
+
+    cached: tuple[int, str] = (-1, "")
+
+
+def timestamp(created: float, msecs: float | None = None) -> str:
+    """``created`` (time.time()) as the lines show it: UTC, milliseconds, ``Z``.
+
+    ``msecs``: a LogRecord's; without one, computed as Python 3.11's LogRecord does
+    (truncated, not rounded).
+    """
+    second = int(created)
+    cached_second, stamp = _Clock.cached
+    if second != cached_second:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        _Clock.cached = (second, stamp)
+    if msecs is None:
+        msecs = (created - second) * 1000
+    return f"{stamp}.{int(msecs):03d}Z"
+
+
+def json_line(created: float, level: str, logger: str, msg: str, fields: dict[str, Any]
+              ) -> str:
+    """The line :class:`JsonFormatter` writes for such a record, without the record.
+
+    (Writing the scalars piece by piece with the encoder's string escaping was measured:
+    no cheaper than this one C encoder call.)
+    """
+    return _ENCODER.encode({"ts": timestamp(created), "level": level, "logger": logger,
+                            "msg": msg, **fields})
+
+
 class JsonFormatter(logging.Formatter):
-    _second = -1
-    _stamp = ""
-
-    def _timestamp(self, created: float, msecs: float) -> str:
-        second = int(created)
-        if second != self._second:  # strftime once a second, not once a line
-            self._stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-            self._second = second
-        return f"{self._stamp}.{int(msecs):03d}Z"
-
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
-            "ts": self._timestamp(record.created, record.msecs),
+            "ts": timestamp(record.created, record.msecs),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),

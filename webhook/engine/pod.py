@@ -66,7 +66,23 @@ def as_str(value: Any, where: str) -> str | None:
     raise MalformedPod(f"{where} must be a string")
 
 
-def _quantities(resources: dict[str, Any], field: str, where: str) -> Resources:
+def _at(field: str, index: int) -> str:
+    return f"spec.{field}[{index}]"
+
+
+class _Where:
+    """A container's ``resources`` path for error messages, formatted only when needed."""
+
+    __slots__ = ("field", "index")
+
+    def __init__(self, field: str, index: int) -> None:
+        self.field, self.index = field, index
+
+    def __str__(self) -> str:
+        return f"{_at(self.field, self.index)}.resources"
+
+
+def _quantities(resources: dict[str, Any], field: str, where: str | _Where) -> Resources:
     """The cpu/memory entries of ``resources[field]``, parsed exactly."""
     values = resources.get(field)
     if values is None:
@@ -86,7 +102,7 @@ def _quantities(resources: dict[str, Any], field: str, where: str) -> Resources:
     return parsed
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class ContainerView:
     """One container with its cpu/memory settings, as the API server sees them."""
 
@@ -96,6 +112,18 @@ class ContainerView:
     raw: dict[str, Any]
     requests: Resources
     limits: Resources
+
+    def __init__(self, path: str, kind: ContainerKind, name: str, raw: dict[str, Any],
+                 requests: Resources, limits: Resources) -> None:
+        # Still frozen, but built a third as costly as the generated __init__ (one
+        # object.__setattr__ call per field): a few are built per container per admission.
+        fields = self.__dict__
+        fields["path"] = path
+        fields["kind"] = kind
+        fields["name"] = name
+        fields["raw"] = raw
+        fields["requests"] = requests
+        fields["limits"] = limits
 
     @property
     def memory_request(self) -> Fraction | None:
@@ -145,19 +173,22 @@ class PodView:
         containers: list[ContainerView] = []
         for field, items in lists.items():
             for index, raw in enumerate(items):
-                where = f"spec.{field}[{index}]"
-                container = raw if type(raw) is dict else as_dict(raw, where)
+                # Where, for error messages: built only when one is raised (this loop runs
+                # for every container of every admission).
+                container = raw if type(raw) is dict else as_dict(raw, _at(field, index))
                 name = container.get("name")
                 if not isinstance(name, str) or not name:
-                    raise MalformedPod(f"{where}.name must be a non-empty string")
+                    raise MalformedPod(f"{_at(field, index)}.name must be a non-empty string")
                 resources = container.get("resources")
                 if type(resources) is not dict:
-                    resources = as_dict(resources, f"{where}.resources")
+                    resources = as_dict(resources, f"{_at(field, index)}.resources")
                 kind: ContainerKind = "container"
-                restart = as_str(container.get("restartPolicy"), f"{where}.restartPolicy")
+                restart = container.get("restartPolicy")
+                if restart is not None and type(restart) is not str:
+                    as_str(restart, f"{_at(field, index)}.restartPolicy")
                 if field == "initContainers":
                     kind = "sidecar" if restart == "Always" else "init"
-                where = f"{where}.resources"
+                where = _Where(field, index)
                 containers.append(
                     ContainerView(
                         path=f"/spec/{field}/{index}",

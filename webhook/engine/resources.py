@@ -16,7 +16,7 @@ from webhook.profile import Profile
 from webhook.quantity import MI, format_bytes
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class ContainerChange:
     container: ContainerView
     request: int  # new memory request, bytes
@@ -25,6 +25,18 @@ class ContainerChange:
     original: dict[str, str]  # the memory request/limit as written, for the annotation
     # vpaPods: raiseLimit - the request (its VPA's) is kept and the limit raised instead
     limit_raised: bool = False
+
+    def __init__(self, container: ContainerView, request: int, limit: int, limit_added: bool,
+                 original: dict[str, str], limit_raised: bool = False) -> None:
+        # Frozen, built without the generated __init__'s object.__setattr__ per field
+        # (see ContainerView).
+        fields = self.__dict__
+        fields["container"] = container
+        fields["request"] = request
+        fields["limit"] = limit
+        fields["limit_added"] = limit_added
+        fields["original"] = original
+        fields["limit_raised"] = limit_raised
 
 
 def target(limit: int, profile: Profile) -> int:

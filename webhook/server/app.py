@@ -36,6 +36,7 @@ from webhook.admission import InvalidReview, Outcome, decide, parse_review, revi
 from webhook.engine.warnings import warning
 from webhook.logs import get_logger
 from webhook.policy import Policy
+from webhook.server import asynclog
 from webhook.server.metrics import Metrics
 from webhook.server.reload import PolicyStore
 
@@ -45,6 +46,8 @@ MAX_BODY = 3 * 1024 * 1024  # the API server's own request limit is 3 MiB
 # (LargeReviews), one at a time, so that huge reviews cannot stall /healthz or the
 # ordinary admissions on the loop.
 OFFLOAD_BYTES = 256 * 1024
+
+ADMISSION_PREFIX = "/mutate/"
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -193,6 +196,7 @@ class Admission:
         # Counter children by label values: labels() takes a lock and builds a key on
         # every call. Profiles and outcomes are few, so this stays small.
         self._counted: dict[tuple[str, Outcome | Refusal], Any] = {}
+        self._changed: dict[str, Any] = {}
         self.large = LargeReviews()
         state.on_stop.append(self.large.close)
 
@@ -249,10 +253,14 @@ class Admission:
         elapsed = time.perf_counter() - started
         self.metrics.latency.observe(elapsed)
         if answer.changed:
-            self.metrics.containers_changed.labels(label).inc(answer.changed)
-        log.info(
+            changed = self._changed.get(label)
+            if changed is None:
+                changed = self._changed[label] = self.metrics.containers_changed.labels(label)
+            changed.inc(answer.changed)
+        asynclog.info(
+            log,
             "admission",
-            extra={
+            {
                 "uid": answer.uid,
                 "profile": profile,
                 "namespace": answer.namespace,
@@ -273,10 +281,22 @@ class SwapwiseApp:
         if fastapi.user_middleware:
             raise ValueError("middleware would never see an admission (see app.py)")
         assert admission in fastapi.routes, "the admission route is one of the app's routes"
+        assert admission.path == ADMISSION_PREFIX + "{profile}", "the fast match in __call__"
         self.fastapi = fastapi
         self.admission = admission
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if path.startswith(ADMISSION_PREFIX) and scope["type"] == "http" \
+                and scope["method"] == "POST" and not scope.get("root_path"):
+            # What the route's pattern (/mutate/{profile}: one non-empty segment) matches,
+            # without its regex and scope copies (every admission comes this way).
+            profile = path[len(ADMISSION_PREFIX):]
+            if profile and "/" not in profile:
+                scope["endpoint"] = self.admission.endpoint
+                scope["path_params"] = {"profile": profile}
+                await self.admission.app(scope, receive, send)
+                return
         match, child_scope = self.admission.matches(scope)
         if match is Match.FULL:
             scope.update(child_scope)
@@ -305,7 +325,7 @@ def create_app(state: AppState) -> SwapwiseApp:
         return Response(generate_latest(metrics.exposition()), media_type=CONTENT_TYPE_LATEST)
 
     # Every route, in one table. GET /mutate/x is a 405, by the admission route itself.
-    admission = Route("/mutate/{profile}", Admission(state), methods=["POST"])
+    admission = Route(ADMISSION_PREFIX + "{profile}", Admission(state), methods=["POST"])
     routes: list[BaseRoute] = [
         admission,
         Route("/healthz", healthz, methods=["GET"]),

@@ -1,29 +1,54 @@
-"""Log lines leave the event loop through a queue; a thread formats and writes them.
+"""Log lines leave the event loop through a queue; a thread writes them, in batches.
 
 Every admission logs one JSON line. Written from the event loop, each line is a
 ``write(2)`` that usually takes microseconds, but blocks for milliseconds whenever the
 file or pipe behind stderr stalls (page-cache writeback, a slow log collector): every
 request queued behind it waits too. Measured at 2,000 admissions/s on one worker, that
 was the p99 (24 ms with lines written in the loop, 2-3 ms with them queued; see
-BENCHMARKS.md). The queue is bounded: if the writer cannot keep up, lines are dropped
-(and counted on stderr) rather than admissions delayed. Enqueueing is reentrant, so
-logging from a signal handler cannot deadlock against an interrupted log call.
+BENCHMARKS.md).
 
-Forking (``serve --workers``) is handled: the writer thread stops before a fork and a
-fresh one starts in the parent and in each child. Exit flushes what is queued.
+The writer thread should not wake per line either. It used to (a ``QueueListener``
+blocked on the queue): every admission woke it, it then waited for the GIL, got it the
+next time the event loop released it (in ``SSLObject.write``, sending the response) and
+formatted the record while the loop waited to get the GIL back. That hand-off was over a
+third of what ``SSLObject.write`` cost under load (BENCHMARKS.md). Now the admission line
+is formatted on the loop (:func:`info`, a few microseconds: no LogRecord, no handler
+calls) and held in a deque there; a loop timer moves what gathered to the queue every
+:data:`BATCH_SECONDS`, so the thread wakes once per batch and holds the GIL only to join
+and write. Other records go to the queue at once, as before, after any lines held: the
+output keeps the order in which things were logged. (BENCHMARKS.md has an open question
+on what this does to latency on a CPU shared with other processes.)
+
+The queue is bounded (the loop holds at most one batch, 20 ms of lines): if the writer
+cannot keep up, lines are dropped (and counted on stderr) rather than admissions delayed.
+Enqueueing is reentrant, so logging from a signal handler cannot deadlock against an
+interrupted log call. Forking (``serve --workers``) is handled: the writer thread stops
+before a fork and a fresh one starts in the parent and in each child. Exit flushes what is
+queued.
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import logging
 import logging.handlers
 import os
 import queue
 import sys
-from typing import ClassVar
+import threading
+import time
+from collections import deque
+from typing import Any, ClassVar
+
+from webhook.logs import json_line
 
 QUEUE_SIZE = 10_000
+# How long admission lines gather on the event loop before they go to the writer: the
+# most a line waits before it is written (stop() writes everything at once).
+BATCH_SECONDS = 0.02
+
+Item = logging.LogRecord | str | None  # a record, a formatted line, or None: stop
 
 
 class _Enqueue(logging.handlers.QueueHandler):
@@ -31,14 +56,19 @@ class _Enqueue(logging.handlers.QueueHandler):
 
     dropped = 0
 
-    def __init__(self, records: queue.SimpleQueue[logging.LogRecord]) -> None:
+    def __init__(self, records: queue.SimpleQueue[Item]) -> None:
         super().__init__(records)
         self.records = records
 
     def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
         return record  # formatted by the real handler, in the writer thread
 
-    def enqueue(self, record: logging.LogRecord) -> None:
+    def emit(self, record: logging.LogRecord) -> None:
+        if _Held.lines:
+            _release()  # lines logged before this record are written before it
+        super().emit(record)
+
+    def enqueue(self, record: logging.LogRecord | str) -> None:
         # SimpleQueue.put is reentrant: a signal handler that logs (SIGTERM starts the
         # drain) may interrupt a put on the same thread; queue.Queue would deadlock on
         # its own lock there. qsize() is approximate, which is all the bound needs.
@@ -48,36 +78,141 @@ class _Enqueue(logging.handlers.QueueHandler):
             self.records.put_nowait(record)
 
 
+def _write(handlers: list[logging.Handler], batch: list[Item]) -> None:
+    """Write a batch in order: runs of formatted lines in one write per handler."""
+    lines: list[str] = []
+    for item in batch:
+        if isinstance(item, str):
+            lines.append(item)
+            continue
+        if lines:
+            _write_lines(handlers, lines)
+            lines = []
+        if item is not None:
+            for handler in handlers:
+                if item.levelno >= handler.level:
+                    handler.handle(item)
+    if lines:
+        _write_lines(handlers, lines)
+
+
+def _write_lines(handlers: list[logging.Handler], lines: list[str]) -> None:
+    text = "\n".join(lines) + "\n"
+    for handler in handlers:
+        if not isinstance(handler, logging.StreamHandler) or handler.level > logging.INFO:
+            continue
+        handler.acquire()
+        try:
+            handler.stream.write(text)
+            handler.flush()
+        except Exception:  # as logging does: a failed write is no crash
+            _Enqueue.dropped += len(lines)
+        finally:
+            handler.release()
+
+
+def _writer(records: queue.SimpleQueue[Item], handlers: list[logging.Handler]) -> None:
+    while True:
+        batch = [records.get()]
+        try:
+            while True:
+                batch.append(records.get_nowait())
+        except queue.Empty:
+            pass
+        _write(handlers, batch)
+        if None in batch:
+            return
+
+
+class _Held:
+    """Admission lines held on the event loop until the next batch (see the top)."""
+
+    lines: ClassVar[deque[str]] = deque()
+    timer: ClassVar[asyncio.TimerHandle | None] = None
+    loop: ClassVar[asyncio.AbstractEventLoop | None] = None
+
+
+def _release() -> None:
+    """Move the held lines to the queue, oldest first.
+
+    ``popleft`` one by one: if a signal handler that logs interrupts this, each line still
+    goes to the queue exactly once.
+    """
+    _Held.timer = None
+    enqueue = _State.enqueue
+    lines = _Held.lines
+    while lines:
+        line = lines.popleft()
+        if enqueue is not None:
+            enqueue.enqueue(line)
+
+
 class _State:
     handlers: ClassVar[list[logging.Handler]] = []
-    listener: ClassVar[logging.handlers.QueueListener | None] = None
+    thread: ClassVar[threading.Thread | None] = None
     enqueue: ClassVar[_Enqueue | None] = None
+    # Set while the writer runs and every handler formats with logs.JsonFormatter, so a
+    # line formatted on the loop is the line the handler would have written.
+    lines: ClassVar[bool] = False
 
 
 def start() -> None:
     """Put the root logger's handlers behind a queue (idempotent)."""
-    if _State.listener is not None:
+    if _State.thread is not None:
         return
     root = logging.getLogger()
     if _State.enqueue is None:
         _State.handlers = [h for h in root.handlers if not isinstance(h, _Enqueue)]
         atexit.register(stop)
         os.register_at_fork(before=stop, after_in_parent=start, after_in_child=start)
-    log_queue: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
+    log_queue: queue.SimpleQueue[Item] = queue.SimpleQueue()
     _State.enqueue = _Enqueue(log_queue)
     root.handlers[:] = [_State.enqueue]
-    _State.listener = logging.handlers.QueueListener(
-        log_queue, *_State.handlers, respect_handler_level=True)
-    _State.listener.start()
+    from webhook.logs import JsonFormatter
+
+    _State.lines = all(isinstance(h, logging.StreamHandler)
+                       and isinstance(h.formatter, JsonFormatter) for h in _State.handlers)
+    _State.thread = threading.Thread(target=_writer, args=(log_queue, _State.handlers),
+                                     name="swapwise-log-writer", daemon=True)
+    _State.thread.start()
 
 
 def stop() -> None:
     """Write out everything queued and stop the writer thread."""
-    listener, _State.listener = _State.listener, None
-    if listener is not None:
-        listener.stop()
+    _release()
+    thread, _State.thread = _State.thread, None
+    _State.lines = False
+    if thread is not None and _State.enqueue is not None:
+        _State.enqueue.records.put_nowait(None)
+        thread.join()
     if _Enqueue.dropped:
         print(f"swapwise: {_Enqueue.dropped} log lines dropped (log output too slow)",
               file=sys.stderr)
         _Enqueue.dropped = 0
     sys.stderr.flush()
+
+
+def info(logger: logging.Logger, msg: str, fields: dict[str, Any]) -> None:
+    """``logger.info(msg, extra=fields)``, the same line, for a fraction of the cost.
+
+    With the writer running, the line is formatted here (logs.json_line) and queued as
+    text: no LogRecord, no handler calls on the event loop. Otherwise (tests, the
+    in-process benchmark's ``--log-in-loop``), it is an ordinary logging call.
+    """
+    if not logger.isEnabledFor(logging.INFO):
+        return
+    if not _State.lines:
+        logger.info(msg, extra=fields)
+        return
+    line = json_line(time.time(), "info", logger.name, msg, fields)
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # not on the event loop: straight to the queue
+        _release()
+        assert _State.enqueue is not None
+        _State.enqueue.enqueue(line)
+        return
+    _Held.lines.append(line)
+    if _Held.timer is None or _Held.loop is not loop:  # (a new loop: the old timer is dead)
+        _Held.loop = loop
+        _Held.timer = loop.call_later(BATCH_SECONDS, _release)

@@ -279,6 +279,9 @@ def make_server(app: SwapwiseApp, state: AppState, tls: ssl.SSLContext,
         log_config=None,
         server_header=False,
         date_header=False,
+        # No X-Forwarded-* rewriting: the API server calls the webhook directly, and nothing
+        # reads the client address (access log off); the middleware cost every request.
+        proxy_headers=False,
         timeout_keep_alive=options.keep_alive_seconds,
         limit_concurrency=options.max_connections,
         timeout_graceful_shutdown=options.graceful_seconds,
