@@ -27,7 +27,7 @@ class InvalidReview(ValueError):
     """The body is not an ``admission.k8s.io/v1`` AdmissionReview request (HTTP 400)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, init=False)
 class Decision:
     """The response to send and what happened, for logs and metrics."""
 
@@ -38,6 +38,15 @@ class Decision:
     changed: int = 0
     reason: str | None = None
     warnings: list[str] = field(default_factory=list)
+
+    def __init__(self, *, response: dict[str, Any], uid: str, outcome: Outcome,
+                 namespace: str | None = None, changed: int = 0, reason: str | None = None,
+                 warnings: list[str] | None = None) -> None:
+        # Still frozen, but one dict update instead of the generated __init__'s
+        # object.__setattr__ per field: one is built per admission.
+        self.__dict__.update(response=response, uid=uid, outcome=outcome, namespace=namespace,
+                             changed=changed, reason=reason,
+                             warnings=[] if warnings is None else warnings)
 
 
 def parse_review(body: Any) -> dict[str, Any]:

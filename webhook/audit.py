@@ -220,7 +220,7 @@ def _memory_totals(pod: dict[str, Any]) -> tuple[Fraction, Fraction]:
     totals = [Fraction(0), Fraction(0)]
     peaks = [Fraction(0), Fraction(0)]
     for c in view.containers:
-        values = (c.memory_request or Fraction(0), c.memory_limit or Fraction(0))
+        values = (Fraction(c.memory_request or 0), Fraction(c.memory_limit or 0))
         for i, value in enumerate(values):
             if c.kind == "init":
                 peaks[i] = max(peaks[i], value)

@@ -182,20 +182,20 @@ class PodPlan:
         return all(verdicts) if verdicts else None
 
 
-def _bytes(value: Fraction | None) -> int | None:
+def _bytes(value: Fraction | int | None) -> int | None:
     return None if value is None else math.ceil(value)
 
 
 def _request(container: ContainerView, resource: str) -> Fraction:
     """The container's request; the API server copies a missing one from the limit."""
-    return container.requests.get(resource, container.limits.get(resource, Fraction(0)))
+    return Fraction(container.requests.get(resource, container.limits.get(resource, 0)))
 
 
 def pod_request(view: PodView, resource: str) -> Fraction:
     """What the scheduler reserves for the pod (``resource`` is ``cpu`` or ``memory``)."""
     pod_level = view.pod_level_resources()
     if pod_level is not None and resource in pod_level[0]:
-        return pod_level[0][resource]
+        return Fraction(pod_level[0][resource])
     total = sum((_request(c, resource) for c in view.containers if c.kind == "container"),
                 Fraction(0))
     sidecars = Fraction(0)

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import json
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from tests.support.engine_check import apply
 from tests.support.engine_tables import DEFAULT
 from tests.support.pods import guaranteed, pod
 from webhook.engine import mutate_pod
+from webhook.engine.annotations import _compact_json
 
 
 def test_annotations_created_when_pod_has_none() -> None:
@@ -56,3 +60,10 @@ def test_long_container_names_keep_warnings_short() -> None:
     name = "x" * 63
     _, mutation = apply(pod(guaranteed("1610612736", name=name)), DEFAULT)
     assert len(mutation.warnings[0]) == 120 and mutation.warnings[0].endswith("...")
+
+
+@given(st.dictionaries(st.text(), st.dictionaries(st.sampled_from(["request", "limit"]),
+                                                   st.text())))
+def test_the_original_annotation_text_is_the_stdlib_compact_json(value: dict) -> None:
+    """orjson writes it on the hot path; the text must be what json.dumps writes."""
+    assert _compact_json(value) == json.dumps(value, separators=(",", ":"))

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
+
 from webhook.engine.pod import ORIGINAL_ANNOTATION, PROFILE_ANNOTATION, PodView
 from webhook.engine.pointer import PatchOp, add, set_member
 from webhook.engine.resources import ContainerChange
@@ -19,6 +21,20 @@ __all__ = ["ORIGINAL_ANNOTATION", "PROFILE_ANNOTATION", "annotation_ops"]
 
 # One encoder for every call: json.dumps with options builds a new one each time.
 _COMPACT = json.JSONEncoder(separators=(",", ":"))
+
+
+def _compact_json(value: dict[str, Any]) -> str:
+    """``_COMPACT.encode(value)``, by orjson: the same text for ASCII (container names and
+    quantities always are); anything else (junk recorded earlier) takes the stdlib's
+    ``\\u`` escapes, so the annotation reads the same whichever way it was written (and
+    a lone surrogate, which orjson refuses, is written as the stdlib does)."""
+    try:
+        text = orjson.dumps(value).decode()
+    except TypeError:  # orjson.JSONEncodeError
+        return _COMPACT.encode(value)
+    return text if text.isascii() else _COMPACT.encode(value)
+
+
 _JUNK = warning(f"ignored unreadable {ORIGINAL_ANNOTATION} annotation (rewritten)")
 
 
@@ -57,7 +73,7 @@ def _original(view: PodView, changes: list[ContainerChange]) -> tuple[str | None
         merged.setdefault(change.container.name, change.original)
     if merged == recorded and not junk and view.annotations.get(ORIGINAL_ANNOTATION) is not None:
         return None, False
-    return _COMPACT.encode(merged), junk
+    return _compact_json(merged), junk
 
 
 def annotation_ops(

@@ -8,7 +8,6 @@ exercise it without a network.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any
 
 from webhook.engine.annotations import annotation_ops
@@ -16,6 +15,7 @@ from webhook.engine.placement import placement_ops
 from webhook.engine.pod import (
     PROFILE_ANNOTATION,
     SKIP_KEY,
+    Exact,
     MalformedPod,
     PodTooLarge,
     PodView,
@@ -30,12 +30,20 @@ from webhook.engine.warnings import warning
 from webhook.profile import Profile
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Mutation:
     patch: list[PatchOp] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     changes: list[ContainerChange] = field(default_factory=list)
     skipped: str | None = None  # why the pod was left exactly as it came
+
+    def __init__(self, patch: list[PatchOp] | None = None, warnings: list[str] | None = None,
+                 changes: list[ContainerChange] | None = None, skipped: str | None = None
+                 ) -> None:
+        # Frozen, built with one dict update (see Decision): one per admission.
+        self.__dict__.update(patch=[] if patch is None else patch,
+                             warnings=[] if warnings is None else warnings,
+                             changes=[] if changes is None else changes, skipped=skipped)
 
 
 def skip_reason(view: PodView, profile: Profile) -> str | None:
@@ -63,8 +71,8 @@ def _qos(view: PodView, changes: list[ContainerChange]) -> str:
         requests, limits = container.requests, container.limits
         change = changed.get(container.path)
         if change is not None:
-            requests = {**requests, "memory": Fraction(change.request)}
-            limits = {**limits, "memory": Fraction(change.limit)}
+            requests = {**requests, "memory": change.request}
+            limits = {**limits, "memory": change.limit}
         units.append((requests, limits))
     return qos_class(units, view.pod_level_resources())
 
@@ -86,8 +94,8 @@ def uses_swap(view: PodView, changes: list[ContainerChange]) -> bool:
     for container in view.containers:
         change = changed.get(container.path)
         if change is not None:
-            request: Fraction | None = Fraction(change.request)
-            limit: Fraction | None = Fraction(change.limit)
+            request: Exact | None = change.request
+            limit: Exact | None = change.limit
         else:
             request, limit = container.memory_request, container.memory_limit
         if gets_swap(qos, critical, request, limit):

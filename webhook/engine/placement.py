@@ -103,6 +103,10 @@ def _normalized(toleration: Any) -> dict[str, Any]:
 
 def _toleration_ops(spec: dict[str, Any], placement: Placement) -> list[PatchOp]:
     existing = as_list(spec.get("tolerations"), "spec.tolerations")
+    if not placement.tolerations:  # nothing to add: only the shape is checked, as below
+        for toleration in existing:
+            as_dict(toleration, "spec.tolerations[]")
+        return []
     seen = [_normalized(t) for t in existing]
     missing: list[dict[str, Any]] = []
     for toleration in placement.tolerations:

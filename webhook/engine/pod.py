@@ -10,12 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any, Literal
 
 from webhook.quantity import QuantityError, parse_quantity, parse_text
 
 ContainerKind = Literal["init", "sidecar", "container"]
-Resources = dict[str, Fraction]
+# Exact values; whole ones (nearly all) as int, which compares and adds in C, where a
+# Fraction does it in Python code on every admission.
+Exact = Fraction | int
+Resources = dict[str, Exact]
 
 CRITICAL_PRIORITY = 2_000_000_000
 CRITICAL_CLASSES = frozenset({"system-cluster-critical", "system-node-critical"})
@@ -70,25 +74,28 @@ def _at(field: str, index: int) -> str:
     return f"spec.{field}[{index}]"
 
 
-class _Where:
-    """A container's ``resources`` path for error messages, formatted only when needed."""
-
-    __slots__ = ("field", "index")
-
-    def __init__(self, field: str, index: int) -> None:
-        self.field, self.index = field, index
-
-    def __str__(self) -> str:
-        return f"{_at(self.field, self.index)}.resources"
+def _exact_value(value: Fraction) -> Exact:
+    return value.numerator if value.denominator == 1 else value
 
 
-def _quantities(resources: dict[str, Any], field: str, where: str | _Where) -> Resources:
-    """The cpu/memory entries of ``resources[field]``, parsed exactly."""
+@lru_cache(maxsize=4096)
+def _parse_text(value: str) -> Exact:
+    """:func:`~webhook.quantity.parse_text`, whole values as int (cached alike)."""
+    return _exact_value(parse_text(value))
+
+
+def _quantities(resources: dict[str, Any], field: str, where: str | tuple[str, int]
+                ) -> Resources:
+    """The cpu/memory entries of ``resources[field]``, parsed exactly.
+
+    ``where`` names ``resources`` in error messages: a path, or (list, index) of a
+    container, formatted only when one is raised (this runs twice per container).
+    """
     values = resources.get(field)
     if values is None:
         return {}
     if type(values) is not dict:
-        values = as_dict(values, f"{where}.{field}")
+        values = as_dict(values, f"{_where(where)}.{field}")
     parsed: Resources = {}
     for name in QOS_RESOURCES:
         raw = values.get(name)
@@ -96,10 +103,15 @@ def _quantities(resources: dict[str, Any], field: str, where: str | _Where) -> R
             continue
         try:
             # Strings (nearly always) go straight to the cache; the rest is checked first.
-            parsed[name] = parse_text(raw) if type(raw) is str else parse_quantity(raw)
+            parsed[name] = (_parse_text(raw) if type(raw) is str
+                            else _exact_value(parse_quantity(raw)))
         except QuantityError as exc:
-            raise MalformedPod(f"{where}.{field}.{name}: {exc}") from exc
+            raise MalformedPod(f"{_where(where)}.{field}.{name}: {exc}") from exc
     return parsed
+
+
+def _where(where: str | tuple[str, int]) -> str:
+    return where if isinstance(where, str) else f"{_at(*where)}.resources"
 
 
 @dataclass(frozen=True, init=False)
@@ -112,6 +124,9 @@ class ContainerView:
     raw: dict[str, Any]
     requests: Resources
     limits: Resources
+    # Effective request: the API server copies a missing request from the limit.
+    memory_request: Exact | None
+    memory_limit: Exact | None
 
     def __init__(self, path: str, kind: ContainerKind, name: str, raw: dict[str, Any],
                  requests: Resources, limits: Resources) -> None:
@@ -124,15 +139,8 @@ class ContainerView:
         fields["raw"] = raw
         fields["requests"] = requests
         fields["limits"] = limits
-
-    @property
-    def memory_request(self) -> Fraction | None:
-        """Effective request: the API server copies a missing request from the limit."""
-        return self.requests.get("memory", self.limits.get("memory"))
-
-    @property
-    def memory_limit(self) -> Fraction | None:
-        return self.limits.get("memory")
+        limit = fields["memory_limit"] = limits.get("memory")
+        fields["memory_request"] = requests.get("memory", limit)
 
 
 @dataclass(frozen=True)
@@ -150,9 +158,11 @@ class PodView:
             raise MalformedPod("pod must be an object")
         metadata = as_dict(pod.get("metadata"), "metadata")
         spec = as_dict(pod.get("spec"), "spec")
-        lists = {field: as_list(spec.get(field), f"spec.{field}", MAX_CONTAINERS)
-                 for field in ("initContainers", "containers")}
-        total = sum(map(len, lists.values()))
+        lists = (("initContainers", as_list(spec.get("initContainers"), "spec.initContainers",
+                                            MAX_CONTAINERS)),
+                 ("containers", as_list(spec.get("containers"), "spec.containers",
+                                        MAX_CONTAINERS)))
+        total = len(lists[0][1]) + len(lists[1][1])
         if total > MAX_CONTAINERS:
             raise PodTooLarge(f"pod has {total} containers; swapwise reshapes pods of at most "
                               f"{MAX_CONTAINERS}")
@@ -171,7 +181,7 @@ class PodView:
             raise MalformedPod("spec.priority must be an integer")
         as_str(as_dict(spec.get("os"), "spec.os").get("name"), "spec.os.name")
         containers: list[ContainerView] = []
-        for field, items in lists.items():
+        for field, items in lists:
             for index, raw in enumerate(items):
                 # Where, for error messages: built only when one is raised (this loop runs
                 # for every container of every admission).
@@ -188,7 +198,7 @@ class PodView:
                     as_str(restart, f"{_at(field, index)}.restartPolicy")
                 if field == "initContainers":
                     kind = "sidecar" if restart == "Always" else "init"
-                where = _Where(field, index)
+                where = (field, index)
                 containers.append(
                     ContainerView(
                         path=f"/spec/{field}/{index}",
@@ -247,7 +257,7 @@ class PodView:
 
 
 def gets_swap(
-    qos: str, critical: bool, request: Fraction | None, limit: Fraction | None
+    qos: str, critical: bool, request: Exact | None, limit: Exact | None
 ) -> bool:
     """The kubelet's LimitedSwap rule (docs/rules.md) for one container: does it get swap?
 
@@ -308,7 +318,7 @@ def qos_class(
 NANO = 10**9  # the finest quantity suffix is n: nearly every value is whole in nano-units
 
 
-def _exact(value: Fraction) -> Fraction | int:
+def _exact(value: Exact) -> Exact:
     """``value`` * 10**9, as an int when that is whole (cheaper to add and compare).
 
     Every sum and comparison in :func:`qos_class` is scaled alike, so results are exact.

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.engine.pod import ContainerView, PodView, as_dict
+from webhook.engine.pod import ContainerView, Exact, PodView
 from webhook.engine.pointer import PatchOp, add, set_member
 from webhook.engine.warnings import warning
 from webhook.profile import Profile
@@ -68,15 +68,19 @@ def raised_limit(request: int, profile: Profile) -> int:
 def _written(container: ContainerView) -> dict[str, str]:
     """The memory request/limit as written; a missing request reads as the limit, as the
     API server defaults it, so ``preview`` records what the server would."""
-    resources = as_dict(container.raw.get("resources"), container.name)
-    original: dict[str, str] = {}
-    for key, field in (("request", "requests"), ("limit", "limits")):
-        value = as_dict(resources.get(field), field).get("memory")
-        if value is not None:
-            original[key] = str(value)
-    if "limit" in original:
-        original = {"request": original.get("request", original["limit"]), **original}
-    return original
+    # PodView.parse has checked these are objects (or absent).
+    resources = container.raw.get("resources") or {}
+    request = (resources.get("requests") or {}).get("memory")
+    limit = (resources.get("limits") or {}).get("memory")
+    if limit is None:
+        return {} if request is None else {"request": str(request)}
+    written = str(limit)
+    return {"request": written if request is None else str(request), "limit": written}
+
+
+def _ceil(value: Exact) -> int:
+    """Whole bytes, rounded up (values are whole nearly always)."""
+    return value if type(value) is int else -(-value.numerator // value.denominator)
 
 
 def plan_container(
@@ -93,7 +97,7 @@ def plan_container(
     if vpa_managed:
         if limit is None or request != limit:
             return None  # the VPA's request stands; request < limit is swap-eligible already
-        request_bytes = -(-limit.numerator // limit.denominator)
+        request_bytes = _ceil(limit)
         new_limit = raised_limit(request_bytes, profile)
         if new_limit <= request_bytes:
             return warning(
@@ -105,7 +109,7 @@ def plan_container(
     if limit is not None:
         if request != limit:
             return None  # request < limit, or request only: already swap-eligible
-        limit_bytes = -(-limit.numerator // limit.denominator)
+        limit_bytes = _ceil(limit)
         limit_added = False
     elif request is None and profile.default_limit is not None:
         limit_bytes = profile.default_limit
@@ -155,7 +159,8 @@ def describe(change: ContainerChange) -> str:
 def resource_ops(change: ContainerChange) -> list[PatchOp]:
     """Patch operations for one container, creating missing objects on the way."""
     path = f"{change.container.path}/resources"
-    resources: dict[str, Any] = as_dict(change.container.raw.get("resources"), path)
+    # PodView.parse has checked that these are objects (or absent).
+    resources: dict[str, Any] = change.container.raw.get("resources") or {}
     # raiseLimit keeps the request: written only when it was the limit's default (limit only,
     # as offline input can be; the API server has always filled it in before webhooks run).
     explicit = change.container.requests.get("memory") is not None
@@ -165,10 +170,11 @@ def resource_ops(change: ContainerChange) -> list[PatchOp]:
     if not resources:
         return [add(path, {field: {"memory": value} for field, value in wanted.items()})]
     ops: list[PatchOp] = []
-    for field, value in wanted.items():
-        existing = as_dict(resources.get(field), field)
+    for field, value in wanted.items():  # "requests", "limits", "memory": nothing to escape
+        existing = resources.get(field)
         if existing:
-            ops.append(set_member(f"{path}/{field}", existing, "memory", value))
+            op = "add" if existing.get("memory") is None else "replace"
+            ops.append({"op": op, "path": f"{path}/{field}/memory", "value": value})
         else:
             ops.append(set_member(path, resources, field, {"memory": value}))
     return ops
