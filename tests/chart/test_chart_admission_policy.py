@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -110,8 +111,6 @@ def test_mode_webhook_renders_byte_for_byte_what_the_chart_did_before_the_mode(
 
 def notes_of(chart: Chart, chart_dir: Path, values: dict[str, Any], workdir: Path) -> str:
     """NOTES.txt of any copy of the chart (Chart.notes renders charts/swapwise only)."""
-    import shutil
-
     copy = workdir / "swapwise"
     shutil.copytree(chart_dir, copy)
     shutil.copy(copy / "templates" / "NOTES.txt", copy / "notes.tpl")
@@ -141,7 +140,8 @@ def test_installs_the_rendered_objects_as_they_are_with_the_chart_labels(chart: 
     installed = {(o["kind"], o["metadata"]["name"]): o for o in objs
                  if o["apiVersion"].startswith("admissionregistration.k8s.io/")}
     wanted = values["admissionPolicy"]["objects"]
-    assert len(installed) == len(wanted) == 16  # 2 profiles and the override of each, 4 objects apiece
+    # 2 profiles and the team-a override of each, 4 objects apiece
+    assert len(installed) == len(wanted) == 16
     for obj in wanted:
         got = json.loads(json.dumps(installed[(obj["kind"], obj["metadata"]["name"])]))
         labels = got["metadata"].pop("labels")
