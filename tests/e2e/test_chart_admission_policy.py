@@ -160,7 +160,7 @@ def test_helm_install_in_admission_policy_mode_reshapes_pods_without_a_server(
     cluster.wait_for(reshaped, 60, what="the chart's admission policies to apply")
 
     # kubectl create --dry-run=server explains the change: the Warn policy's message.
-    body, stderr = create(cluster, "sandboxes", pod("dry"), "--dry-run=server")
+    _, stderr = create(cluster, "sandboxes", pod("dry"), "--dry-run=server")
     assert WARNING in stderr, stderr
     assert stderr.count("swapwise:") == 1, stderr
 
