@@ -3,7 +3,7 @@
 
 The objects come from the renderer (the single home of the rules); the chart only checks
 their kinds and API versions and adds its labels. What the installed policies do to pods is
-proven on a real API server in tests/e2e/test_chart_admission_policy.py.
+proven on a real API server in tests/e2e/test_helm_admission_policy.py.
 """
 
 from __future__ import annotations
@@ -269,7 +269,7 @@ def test_offline_template_checks_nothing_against_a_cluster(chart: Chart) -> None
 
 def test_notes_say_what_was_installed(chart: Chart) -> None:
     notes = chart.notes(merged(rendered_values(), {"labeller": {"enabled": True}}))
-    assert "in mode admissionPolicy: no webhook server runs" in notes
+    assert "in mode admissionPolicy: no webhook server runs; the API server applies" in notes
     assert "  - MutatingAdmissionPolicy swapwise-sandbox\n" in notes
     assert "  - ValidatingAdmissionPolicyBinding swapwise-ci-ns-team-a-warn\n" in notes
     assert "(profiles: ci, sandbox)" in notes

@@ -11,6 +11,7 @@ show the warning; `helm uninstall` must take the policies away, and with them th
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -67,7 +68,9 @@ def cluster(pytestconfig: pytest.Config) -> Iterator[ControlPlane]:
 
 
 def helm(cp: ControlPlane, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([str(cp.bin / "helm"), "--kubeconfig", str(cp.kubeconfig), *args],
+    """helm of the default line's bin dir, or $HELM (as the chart tests: Helm 4, say)."""
+    binary = os.environ.get("HELM") or str(cp.bin / "helm")
+    proc = subprocess.run([binary, "--kubeconfig", str(cp.kubeconfig), *args],
                           capture_output=True, text=True, timeout=180, check=False)
     assert not check or proc.returncode == 0, f"helm {args}: {proc.stderr}{proc.stdout}"
     return proc
