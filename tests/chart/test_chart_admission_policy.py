@@ -277,5 +277,8 @@ def test_notes_say_what_was_installed(chart: Chart) -> None:
     assert "create --dry-run=server" in notes
     assert "rollout status deployment/sw-swapwise-labeller" in notes
     assert "MutatingWebhookConfiguration" not in notes
+    assert "failurePolicy is Ignore: if a policy's CEL fails" in notes
+    failing = helm_values(render_admission_policies(build_policy(POLICY), failure_policy="Fail"))
+    assert "failurePolicy is Ignore" not in chart.notes(failing)
     assert "/mutate/" not in notes
 
