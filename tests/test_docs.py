@@ -184,6 +184,15 @@ def check_stated_result(command: docs.Command, out: subprocess.CompletedProcess[
         assert sorted(p.name for p in directory.iterdir()) == ["ca.crt", "tls.crt", "tls.key"]
     elif words.startswith(".venv/bin/swapwise plan"):
         assert "cold memory fits in swap" in out.stdout
+    elif words.startswith(".venv/bin/swapwise render admission-policy") and \
+            "--format helm-values > rendered-values.yaml" in words:
+        # chart README: the values file for mode admissionPolicy, the objects as data
+        values = yaml.safe_load((cwd / "rendered-values.yaml").read_text())
+        assert values["mode"] == "admissionPolicy"
+        profiles = yaml.safe_load((cwd / "examples" / "policy.yaml").read_text())["profiles"]
+        names = {(o["kind"], o["metadata"]["name"]) for o in values["admissionPolicy"]["objects"]}
+        for profile in profiles:
+            assert ("MutatingAdmissionPolicy", f"swapwise-{profile}") in names
     elif words.startswith(".venv/bin/swapwise render admission-policy"):
         # README: per profile a MutatingAdmissionPolicy, its binding and a Warn policy
         rendered = list(yaml.safe_load_all(out.stdout))

@@ -18,6 +18,7 @@ from webhook.policy import build_policy, default_policy
 from webhook.render.admission_policy import (
     Unrenderable,
     fmt,
+    helm_values,
     lit,
     render_admission_policies,
 )
@@ -123,3 +124,45 @@ def test_cli_refuses_with_the_field_and_prints_nothing(tmp_path: Path) -> None:
     assert out.returncode == 1
     assert out.stdout == ""
     assert "profiles.x.maxLimitRequestRatio" in out.stderr
+
+
+def test_helm_values_are_the_chart_mode_and_the_objects() -> None:
+    objects = render_admission_policies(default_policy())
+    assert helm_values(objects) == {"mode": "admissionPolicy",
+                                    "admissionPolicy": {"objects": objects}}
+
+
+def test_cli_helm_values_hold_the_same_objects_as_data(tmp_path: Path) -> None:
+    file = tmp_path / "policy.yaml"
+    file.write_text(yaml.safe_dump({"apiVersion": "swapwise.io/v1alpha1", "kind": "SwapPolicy",
+                                    "profiles": {"a": {}, "b": {"swapRatio": 3}}}))
+    args = ("render", "admission-policy", "--policy", str(file), "--api-version", "v1beta1",
+            "--failure-policy", "Fail", "--exclude-namespace", "infra")
+    plain = swapwise(*args)
+    values = swapwise(*args, "--format", "helm-values")
+    assert plain.returncode == values.returncode == 0, plain.stderr + values.stderr
+    loaded = yaml.safe_load(values.stdout)
+    assert set(loaded) == {"mode", "admissionPolicy"}
+    assert loaded["mode"] == "admissionPolicy"
+    # A list of objects (not a string), exactly what the plain form prints.
+    assert loaded["admissionPolicy"]["objects"] == list(yaml.safe_load_all(plain.stdout))
+    assert len(loaded["admissionPolicy"]["objects"]) == 8
+    # Readable and diffable: a comment saying what it is, no YAML anchors, same bytes twice.
+    assert values.stdout.startswith("# swapwise: values for charts/swapwise in mode "
+                                    "admissionPolicy")
+    assert "helm upgrade --install swapwise charts/swapwise" in values.stdout
+    assert "&id" not in values.stdout and "*id" not in values.stdout
+    assert swapwise(*args, "--format", "helm-values").stdout == values.stdout
+
+
+def test_cli_helm_values_refuses_like_the_plain_form(tmp_path: Path) -> None:
+    file = tmp_path / "policy.yaml"
+    file.write_text(yaml.safe_dump({"apiVersion": "swapwise.io/v1alpha1", "kind": "SwapPolicy",
+                                    "profiles": {"x": {"maxLimitRequestRatio": 1.0000001}}}))
+    out = swapwise("render", "admission-policy", "--policy", str(file), "--format",
+                   "helm-values")
+    assert out.returncode == 1
+    assert out.stdout == ""
+    assert "profiles.x.maxLimitRequestRatio" in out.stderr
+    bad = swapwise("render", "admission-policy", "--format", "json")
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr

@@ -1,7 +1,8 @@
 """``swapwise render admission-policy``: the policy file as built-in admission policies.
 
 Thin: the objects come from :mod:`webhook.render.admission_policy`; this reads the policy,
-prints YAML, and refuses (exit 1, nothing printed) a policy CEL cannot express.
+prints YAML (the objects, or with ``--format helm-values`` a values file for the chart's
+``mode: admissionPolicy``), and refuses (exit 1, nothing printed) a policy CEL cannot express.
 """
 
 from __future__ import annotations
@@ -17,8 +18,26 @@ from webhook.render.admission_policy import (
     API_VERSIONS,
     EXCLUDED_NAMESPACES,
     Unrenderable,
+    helm_values,
     render_admission_policies,
 )
+
+FORMATS = ("yaml", "helm-values")
+# Heads the values file: what it is and how to use it (no date, so re-rendering an unchanged
+# policy gives the same bytes, as GitOps wants).
+HELM_VALUES_HEADER = """\
+# swapwise: values for charts/swapwise in mode admissionPolicy (no webhook), written by
+# `swapwise render admission-policy --format helm-values`. Do not edit: change the policy
+# file, render again and upgrade. Install with:
+#   helm upgrade --install swapwise charts/swapwise -n swapwise --create-namespace -f THIS_FILE
+"""
+
+
+class _NoAliases(yaml.SafeDumper):
+    """Writes shared dicts out in full: a values file people read and diff has no &id001."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 def register(subcommands: Any) -> None:
@@ -40,6 +59,10 @@ def register(subcommands: Any) -> None:
     ap.add_argument("--exclude-namespace", action="append", metavar="NS", default=None,
                     help="namespace never mutated, repeatable (default: "
                          f"{', '.join(EXCLUDED_NAMESPACES)})")
+    ap.add_argument("--format", choices=FORMATS, default="yaml",
+                    help="yaml: the objects, for kubectl apply; helm-values: a values file "
+                         "for charts/swapwise (mode: admissionPolicy, the objects under "
+                         "admissionPolicy.objects) (default yaml)")
     ap.set_defaults(func=run)
 
 
@@ -53,5 +76,10 @@ def run(args: argparse.Namespace) -> int:
         return fail(str(exc))
     except Unrenderable as exc:
         return fail(str(exc))
-    sys.stdout.write(yaml.safe_dump_all(objects, sort_keys=False, width=100))
+    if args.format == "helm-values":
+        sys.stdout.write(HELM_VALUES_HEADER
+                         + yaml.dump(helm_values(objects), Dumper=_NoAliases,
+                                     sort_keys=False, width=100))
+    else:
+        sys.stdout.write(yaml.safe_dump_all(objects, sort_keys=False, width=100))
     return 0

@@ -685,3 +685,15 @@ def render_admission_policies(
         raise Unrenderable(errors)
     return [obj for t in targets
             for obj in render_target(t, api_version, failure_policy, excluded_namespaces)]
+
+
+HELM_MODE = "admissionPolicy"
+
+
+def helm_values(objects: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The chart's values for ``mode: admissionPolicy``: the rendered objects as data.
+
+    charts/swapwise installs ``admissionPolicy.objects`` as they are (adding its labels), so
+    the rules stay here and nowhere in the chart's templates.
+    """
+    return {"mode": HELM_MODE, "admissionPolicy": {"objects": list(objects)}}

@@ -226,3 +226,34 @@ the Service still sends the API server to it.
 {{- .Values.drainSeconds }}
 {{- end }}
 {{- end }}
+
+{{/*
+True (non-empty) in mode webhook (the default): the server, its certificate, its webhook
+configuration and its policy ConfigMap are rendered. mode admissionPolicy renders none of
+them (templates/admission-policy.yaml).
+*/}}
+{{- define "swapwise.webhookMode" -}}
+{{- if eq .Values.mode "webhook" }}true{{ end }}
+{{- end }}
+
+{{/*
+The chart's labels on the admission policies of mode admissionPolicy (component
+admission-policy, not webhook).
+*/}}
+{{- define "swapwise.policyLabels" -}}
+helm.sh/chart: {{ include "swapwise.chart" . }}
+app.kubernetes.io/name: {{ include "swapwise.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: admission-policy
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: swapwise
+{{- end }}
+
+{{/*
+A regular expression matching the metrics only `swapwise serve` exports (README
+"Operations"): alert rules and dashboard panels on them are left out in mode admissionPolicy.
+*/}}
+{{- define "swapwise.serverMetrics" -}}
+\bswapwise_(admission|containers_changed|policy|certificate|watcher)_
+{{- end }}
