@@ -77,9 +77,9 @@ def chart_before(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("before")
     archive = subprocess.run(["git", "-C", str(REPO), "archive", BEFORE_MODE, "charts/swapwise"],
                              capture_output=True, check=False)
-    assert archive.returncode == 0, (
-        f"commit {BEFORE_MODE} is needed to compare mode webhook's output with the chart "
-        f"before the mode (a shallow clone lacks it): {archive.stderr.decode()}")
+    if archive.returncode != 0:  # a shallow clone (or an exported tree) has no history
+        pytest.skip(f"commit {BEFORE_MODE} is needed to compare mode webhook's output with "
+                    f"the chart before the mode: {archive.stderr.decode().strip()}")
     subprocess.run(["tar", "-x", "-C", str(out)], input=archive.stdout, check=True)
     return out / "charts" / "swapwise"
 
