@@ -175,7 +175,9 @@ class PodView:
             if type(value) is not str and key not in OWN_ANNOTATIONS:
                 raise MalformedPod(f"metadata.annotations[{key!r}] must be a string")
         for field in ("priorityClassName", "nodeName", "restartPolicy"):
-            as_str(spec.get(field), f"spec.{field}")
+            value = spec.get(field)
+            if value is not None and type(value) is not str:
+                as_str(value, f"spec.{field}")  # raises, naming the field
         priority = spec.get("priority")
         if priority is not None and type(priority) is not int:
             raise MalformedPod("spec.priority must be an integer")
