@@ -105,9 +105,11 @@ class HelmError(Exception):
 class Chart:
     """Runs helm against charts/swapwise with values given as Python data."""
 
-    def __init__(self, helm: Path, workdir: Path) -> None:
+    def __init__(self, helm: Path, workdir: Path, kube_version: str = KUBE_VERSION) -> None:
+        """``kube_version``: the cluster version `helm template` and `helm lint` assume."""
         self.helm = helm
         self.workdir = workdir
+        self.kube_version = kube_version
         self._n = 0
 
     def _values_file(self, values: Obj | None) -> list[str]:
@@ -139,7 +141,7 @@ class Chart:
             "--namespace",
             namespace,
             "--kube-version",
-            KUBE_VERSION,
+            self.kube_version,
             *self._values_file(values),
             *extra,
         )
@@ -166,7 +168,7 @@ class Chart:
             "--strict",
             str(CHART),
             "--kube-version",
-            KUBE_VERSION,
+            self.kube_version,
             "--namespace",
             NAMESPACE,
             *self._values_file(values),

@@ -101,8 +101,8 @@ class ClusterError(RuntimeError):
 def bin_dir(line: str = DEFAULT_LINE) -> Path:
     """Where build-control-plane.sh puts the binaries of a Kubernetes line.
 
-    SWAPWISE_K8S_BIN overrides the default line's directory; SWAPWISE_K8S_BIN_1_37 (dots
-    as underscores) another line's.
+    SWAPWISE_K8S_BIN overrides the selected line's directory (DEFAULT_LINE, from
+    SWAPWISE_K8S_VERSION); SWAPWISE_K8S_BIN_1_37 (dots as underscores) another line's.
     """
     default = Path.home() / ".cache" / "swapwise" / "k8s" / k8s_version(line) / "bin"
     variable = "SWAPWISE_K8S_BIN" if line == DEFAULT_LINE else \
