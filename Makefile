@@ -4,7 +4,7 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: run test lint unit compat e2e control-plane prometheus vpa image node node-e2e demo bench clean
+.PHONY: run test lint unit compat e2e e2e-1.37 control-plane prometheus vpa image node node-e2e demo bench clean
 
 # The dev venv runs the newest uvicorn, Starlette and FastAPI pyproject.toml allows, pinned by
 # constraints/newest.txt (as the image does), so the whole suite is the "newest" compat run.
@@ -21,10 +21,15 @@ venv: $(BIN)/.installed
 run: venv
 	$(BIN)/swapwise serve $(ARGS)
 
-## The whole suite: lint, type check, unit/integration tests, e2e against a real control plane,
-## then the real-node scenarios (a kubelet with swap in a QEMU guest).
+## The whole suite: lint, type check, unit/integration tests, e2e against a real control plane
+## on Kubernetes 1.34 with Helm 3, the whole e2e suite again on 1.37 with Helm 4, the chart
+## tests with Helm 4, then the real-node scenarios (a kubelet with swap in a QEMU guest).
+## E2E_LINES: the lines the e2e suite runs on (E2E_LINES=1.37 leaves out the 1.34 run).
+E2E_LINES ?= 1.34 1.37
 test: venv lint control-plane prometheus vpa
-	$(BIN)/pytest --ignore=tests/node
+	SWAPWISE_K8S_VERSION=1.34 SWAPWISE_HELM=3 $(BIN)/pytest --ignore=tests/node $(if $(filter 1.34,$(E2E_LINES)),,-m "not e2e")
+	$(if $(filter 1.37,$(E2E_LINES)),$(MAKE) e2e-1.37)
+	SWAPWISE_HELM=4 $(BIN)/pytest -q tests/chart
 	$(MAKE) compat
 	$(MAKE) node-e2e
 
@@ -54,14 +59,19 @@ $(COMPAT)/%/.installed: pyproject.toml constraints/%.txt
 	$(COMPAT)/$*/bin/pip install --quiet -c constraints/$*.txt -e '.[test]'
 	touch $@
 
+## The e2e suite on the line SWAPWISE_K8S_VERSION selects (1.34 by default, or 1.37) with the
+## Helm SWAPWISE_HELM selects (3 by default, or 4); e2e-1.37 is the 1.37 line with Helm 4.
 e2e: venv control-plane prometheus vpa
 	$(BIN)/pytest -m e2e tests/e2e
 
-## The 1.34 control plane, and the 1.37 kube-apiserver that tests/e2e/test_admission_policy.py
-## proves the admission policies on (MutatingAdmissionPolicy is GA from 1.36).
+e2e-1.37: venv control-plane prometheus vpa
+	SWAPWISE_K8S_VERSION=1.37 SWAPWISE_HELM=4 $(BIN)/pytest -m e2e tests/e2e
+
+## Both control planes, 1.34 and 1.37 (etcd and helm4 built once and shared between them),
+## each with helm 3 and helm 4.
 control-plane:
 	tests/e2e/build-control-plane.sh
-	SWAPWISE_K8S_VERSION=1.37 tests/e2e/build-control-plane.sh kube-apiserver
+	SWAPWISE_K8S_VERSION=1.37 tests/e2e/build-control-plane.sh
 
 ## promtool and prometheus from Go modules (alert rule tests, dashboard queries, a real
 ## Prometheus scraping swapwise), cached under ~/.cache/swapwise/prometheus like the above.

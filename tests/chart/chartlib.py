@@ -1,7 +1,9 @@
 """Helpers for the Helm chart tests: find (or build) helm, render the chart, pick objects.
 
-helm comes from, in order: $HELM; ${SWAPWISE_K8S_BIN:-~/.cache/swapwise/k8s/v1.34.4/bin}/helm
-(built by tests/e2e/build-control-plane.sh); or it is built here with `go install` into
+Which Helm: SWAPWISE_HELM=3 (default, v3.19.5) or 4 (v4.3.1), the setting the e2e installs
+read too (tests/e2e/cluster.py). The binary comes from, in order: $HELM;
+${SWAPWISE_K8S_BIN:-~/.cache/swapwise/k8s/v1.34.4/bin}/helm (or helm4), built by
+tests/e2e/build-control-plane.sh; or it is built here with `go install` into
 ~/.cache/swapwise/helm-<version>/. When none of that works the tests FAIL: they never skip.
 """
 
@@ -19,7 +21,15 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "swapwise"
-HELM_VERSION = "v3.19.5"
+# SWAPWISE_HELM -> (binary name in the control plane's bin dir, version, Go package)
+HELMS = {
+    "3": ("helm", "v3.19.5", "helm.sh/helm/v3/cmd/helm"),
+    "4": ("helm4", "v4.3.1", "helm.sh/helm/v4/cmd/helm"),
+}
+HELM_MAJOR = os.environ.get("SWAPWISE_HELM") or "3"
+if HELM_MAJOR not in HELMS:
+    raise RuntimeError(f"SWAPWISE_HELM={HELM_MAJOR}: expected 3 or 4")
+HELM_NAME, HELM_VERSION, HELM_PACKAGE = HELMS[HELM_MAJOR]
 KUBE_VERSION = "1.34.4"
 DEFAULT_BIN = Path.home() / ".cache" / "swapwise" / "k8s" / f"v{KUBE_VERSION}" / "bin"
 RELEASE = "sw"
@@ -44,8 +54,16 @@ def go_cache_env() -> dict[str, str]:
     return {"GOMODCACHE": str(root / "mod"), "GOCACHE": str(root / "build")}
 
 
+def helm_major(helm: Path) -> str:
+    """"3" or "4": what `helm version` of this binary says."""
+    out = subprocess.run([str(helm), "version", "--template={{.Version}}"], capture_output=True,
+                         text=True, timeout=60, check=True).stdout
+    return out.strip().lstrip("v").split(".")[0]
+
+
 def find_helm() -> Path:
-    """Locate helm, building it with `go install` if needed; raise with a reason if not."""
+    """Locate the selected helm, building it with `go install` if needed; raise with a
+    reason if not."""
     env = os.environ.get("HELM")
     if env:
         path = Path(env)
@@ -53,20 +71,20 @@ def find_helm() -> Path:
             raise RuntimeError(f"HELM={env} is not an executable file")
         return path
     bindir = Path(os.environ.get("SWAPWISE_K8S_BIN", DEFAULT_BIN))
-    if _executable(bindir / "helm"):
-        return bindir / "helm"
+    if _executable(bindir / HELM_NAME):
+        return bindir / HELM_NAME
     own = Path.home() / ".cache" / "swapwise" / f"helm-{HELM_VERSION}"
     if _executable(own / "helm"):
         return own / "helm"
     go = shutil.which("go")
     if go is None:
         raise RuntimeError(
-            f"no helm: set HELM, build it into {bindir} with tests/e2e/build-control-plane.sh, "
-            "or install Go so the tests can build it"
+            f"no {HELM_NAME}: set HELM, build it into {bindir} with "
+            "tests/e2e/build-control-plane.sh, or install Go so the tests can build it"
         )
     own.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run(
-        [go, "install", f"helm.sh/helm/v3/cmd/helm@{HELM_VERSION}"],
+        [go, "install", f"{HELM_PACKAGE}@{HELM_VERSION}"],
         env={**os.environ, **go_cache_env(), "GOBIN": str(own), "CGO_ENABLED": "0"},
         capture_output=True,
         text=True,
@@ -87,9 +105,11 @@ class HelmError(Exception):
 class Chart:
     """Runs helm against charts/swapwise with values given as Python data."""
 
-    def __init__(self, helm: Path, workdir: Path) -> None:
+    def __init__(self, helm: Path, workdir: Path, kube_version: str = KUBE_VERSION) -> None:
+        """``kube_version``: the cluster version `helm template` and `helm lint` assume."""
         self.helm = helm
         self.workdir = workdir
+        self.kube_version = kube_version
         self._n = 0
 
     def _values_file(self, values: Obj | None) -> list[str]:
@@ -121,7 +141,7 @@ class Chart:
             "--namespace",
             namespace,
             "--kube-version",
-            KUBE_VERSION,
+            self.kube_version,
             *self._values_file(values),
             *extra,
         )
@@ -148,7 +168,7 @@ class Chart:
             "--strict",
             str(CHART),
             "--kube-version",
-            KUBE_VERSION,
+            self.kube_version,
             "--namespace",
             NAMESPACE,
             *self._values_file(values),

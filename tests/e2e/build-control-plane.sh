@@ -5,10 +5,11 @@
 # The versions come from the committed helper modules under tests/e2e/gomod/ (go.mod + go.sum),
 # so a clean machine reproduces exactly this build.
 #
-# Usage: tests/e2e/build-control-plane.sh [BINARY...]   (default: all six; `kubelet`, for the
+# Usage: tests/e2e/build-control-plane.sh [BINARY...]   (default: all seven; `kubelet`, for the
 #        real-node tests under tests/node/, only when named)
 #   SWAPWISE_K8S_VERSION  Kubernetes line: 1.34 (default; helper module gomod/kubernetes) or
-#                      1.37 (gomod/kubernetes-1.37); etcd and helm are the same for both lines
+#                      1.37 (gomod/kubernetes-1.37); etcd, helm (3) and helm4 are the same
+#                      versions for both lines
 #   SWAPWISE_K8S_BIN   output dir (default ~/.cache/swapwise/k8s/<k8s version>/bin)
 #   SWAPWISE_GO_P      go build -p (default 2)
 #   SWAPWISE_GO_CACHE  Go module and build caches (default ~/.cache/swapwise/go; tests/go-env.sh)
@@ -30,7 +31,8 @@ modver() { sed -n "s#^require $2 \(v[^ ]*\)\$#\1#p" "$gomod/$1/go.mod"; }
 k8s_version=$(modver "$k8s_module" k8s.io/kubernetes)       # v1.34.4 or v1.37.2
 etcd_version=$(modver etcd go.etcd.io/etcd/server/v3)       # v3.6.5
 helm_version=$(modver helm helm.sh/helm/v3)                 # v3.19.5
-[[ -n $k8s_version && -n $etcd_version && -n $helm_version ]] || {
+helm4_version=$(modver helm4 helm.sh/helm/v4)               # v4.3.1
+[[ -n $k8s_version && -n $etcd_version && -n $helm_version && -n $helm4_version ]] || {
   echo "cannot read versions from $gomod/*/go.mod" >&2; exit 1; }
 k8s_minor=$(cut -d. -f2 <<<"$k8s_version")
 
@@ -38,7 +40,7 @@ bin=${SWAPWISE_K8S_BIN:-$HOME/.cache/swapwise/k8s/$k8s_version/bin}
 jobs=${SWAPWISE_GO_P:-2}
 mkdir -p "$bin"
 
-all=(etcd kube-apiserver kube-scheduler kube-controller-manager kubectl helm)
+all=(etcd kube-apiserver kube-scheduler kube-controller-manager kubectl helm helm4)
 (( $# )) && wanted=("$@") || wanted=("${all[@]}")
 
 k8s_ldflags() {
@@ -58,6 +60,12 @@ helm_ldflags() {
   done
   echo "$out"
 }
+# Helm 4 takes its default .Capabilities.KubeVersion from the k8s.io/client-go it is built
+# with (v0.37 -> 1.37); there is no variable to stamp, so the same binary serves every line.
+helm4_ldflags() {
+  echo "-s -w -X helm.sh/helm/v4/internal/version.version=$helm4_version" \
+    "-X helm.sh/helm/v4/internal/version.gitTreeState=clean"
+}
 
 # name -> helper module, Go package, ldflags, command printing its version, expected substring
 spec() {
@@ -69,6 +77,8 @@ spec() {
       echo "$k8s_module|k8s.io/kubernetes/cmd/kubectl|$(k8s_ldflags)|version --client|Client Version: $k8s_version" ;;
     helm)
       echo "helm|helm.sh/helm/v3/cmd/helm|$(helm_ldflags)|version --template={{.Version}}|$helm_version" ;;
+    helm4)
+      echo "helm4|helm.sh/helm/v4/cmd/helm|$(helm4_ldflags)|version --template={{.Version}}|$helm4_version" ;;
     *) echo "unknown binary '$1' (known: ${all[*]} kubelet)" >&2; return 1 ;;
   esac
 }
@@ -87,6 +97,24 @@ up_to_date() {  # binary exists, stamp matches and it reports the expected versi
   [[ $out == *"$want"* ]]
 }
 
+shared_copy() {  # an identical build (same stamp) in another line's directory: copy it
+  local name=$1 key=$2 vcmd=$3 want=$4 other out
+  for other in "$bin"/../../*/bin; do
+    [[ $other -ef $bin ]] && continue
+    [[ -x $other/$name && -f $other/.stamp-$name && $(<"$other/.stamp-$name") == "$key" ]] \
+      || continue
+    cp -f "$other/$name" "$bin/.$name.tmp"
+    mv -f "$bin/.$name.tmp" "$bin/$name"
+    # shellcheck disable=SC2086
+    out=$("$bin/$name" $vcmd 2>&1) || continue
+    [[ $out == *"$want"* ]] || continue
+    echo "$key" >"$bin/.stamp-$name"
+    echo "==> $name: copied from $(cd "$other" && pwd) (same stamp: $want)"
+    return 0
+  done
+  return 1
+}
+
 for name in "${wanted[@]}"; do spec "$name" >/dev/null; done  # fail early on a typo
 
 exec 9>"$bin/.lock"
@@ -99,6 +127,10 @@ for name in "${wanted[@]}"; do
   key=$(stamp_key "$module" "$ldflags")
   if up_to_date "$name" "$key" "$vcmd" "$want"; then
     echo "==> $name: up to date ($want)"
+    continue
+  fi
+  # etcd and helm4 do not depend on the line: built once, then copied between lines.
+  if shared_copy "$name" "$key" "$vcmd" "$want"; then
     continue
   fi
   if [[ $module == "$k8s_module" && $checked_generator == 0 ]]; then

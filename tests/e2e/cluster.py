@@ -48,12 +48,29 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 E2E_DIR = Path(__file__).resolve().parent
 
 
-DEFAULT_LINE = "1.34"  # the Kubernetes line every e2e test runs on unless it asks for another
+BASE_LINE = "1.34"  # helper module gomod/kubernetes; another line L has gomod/kubernetes-L
+LINES = ("1.34", "1.37")  # the lines the whole e2e suite runs on (`make test` runs both)
+HELM_NAMES = {"3": "helm", "4": "helm4"}  # SWAPWISE_HELM -> binary in the line's bin dir
+
+
+def _setting(variable: str, default: str, allowed: Iterable[str]) -> str:
+    value = os.environ.get(variable) or default
+    if value not in allowed:
+        raise RuntimeError(f"{variable}={value}: expected one of {', '.join(allowed)}")
+    return value
+
+
+# The Kubernetes line every e2e test runs on unless it asks for another:
+# SWAPWISE_K8S_VERSION=1.34 (default) or 1.37, the same setting build-control-plane.sh reads.
+DEFAULT_LINE = _setting("SWAPWISE_K8S_VERSION", BASE_LINE, LINES)
+# The Helm every e2e install (and tests/chart) uses: SWAPWISE_HELM=3 (default) or 4.
+HELM_MAJOR = _setting("SWAPWISE_HELM", "3", HELM_NAMES)
+HELM_NAME = HELM_NAMES[HELM_MAJOR]
 
 
 def _module_dir(line: str) -> Path:
     """The helper Go module of a Kubernetes line (as build-control-plane.sh picks it)."""
-    name = "kubernetes" if line == DEFAULT_LINE else f"kubernetes-{line}"
+    name = "kubernetes" if line == BASE_LINE else f"kubernetes-{line}"
     return E2E_DIR / "gomod" / name
 
 
@@ -66,13 +83,13 @@ def k8s_version(line: str = DEFAULT_LINE) -> str:
     return match.group(1)
 
 
-K8S_VERSION = k8s_version()  # e.g. v1.34.4
+K8S_VERSION = k8s_version()  # e.g. v1.34.4, or v1.37.2 with SWAPWISE_K8S_VERSION=1.37
 SWAP_LABEL = "feature.node.kubernetes.io/memory-swap"
 PROFILE_LABEL = "swapwise.io/profile"
 SERVICE_CIDR = "10.96.0.0/24"
 BUILD_SCRIPT = E2E_DIR / "build-control-plane.sh"
 BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl")
-ALL_BINARIES = (*BINARIES, "helm")  # what build-control-plane.sh makes
+ALL_BINARIES = (*BINARIES, HELM_NAME)  # what the e2e tests need of build-control-plane.sh
 
 T = TypeVar("T")
 
@@ -84,8 +101,8 @@ class ClusterError(RuntimeError):
 def bin_dir(line: str = DEFAULT_LINE) -> Path:
     """Where build-control-plane.sh puts the binaries of a Kubernetes line.
 
-    SWAPWISE_K8S_BIN overrides the default line's directory; SWAPWISE_K8S_BIN_1_37 (dots
-    as underscores) another line's.
+    SWAPWISE_K8S_BIN overrides the selected line's directory (DEFAULT_LINE, from
+    SWAPWISE_K8S_VERSION); SWAPWISE_K8S_BIN_1_37 (dots as underscores) another line's.
     """
     default = Path.home() / ".cache" / "swapwise" / "k8s" / k8s_version(line) / "bin"
     variable = "SWAPWISE_K8S_BIN" if line == DEFAULT_LINE else \
@@ -639,6 +656,11 @@ class ControlPlane:
         for c in self.components:
             if not c.alive():
                 raise ClusterError(f"{c.name} is not running\n{self.logs()}")
+
+    @property
+    def helm(self) -> Path:
+        """The helm this session installs with (SWAPWISE_HELM: `helm` 3 or `helm4`)."""
+        return self.bin / HELM_NAME
 
     def kubectl(
         self,

@@ -45,7 +45,7 @@ class Installation:
     # -- helm
 
     def helm(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        argv = [str(self.cp.bin / "helm"), "--kubeconfig", str(self.cp.kubeconfig), *args]
+        argv = [str(self.cp.helm), "--kubeconfig", str(self.cp.kubeconfig), *args]
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
         if check and proc.returncode != 0:
             raise ClusterError(f"helm {' '.join(args)} failed:\n{proc.stderr}{proc.stdout}")

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.chart.chartlib import Chart, find_helm, is_crd_kind, server_side_dry_run
-from tests.e2e.cluster import ControlPlane
+from tests.chart.chartlib import Chart, is_crd_kind, server_side_dry_run
+from tests.e2e.cluster import K8S_VERSION, ControlPlane
 
 pytestmark = pytest.mark.e2e
 
@@ -38,7 +38,7 @@ VALUES: dict[str, dict[str, Any]] = {
 def test_rendered_chart_is_accepted_by_the_api_server(
     control_plane: ControlPlane, tmp_path: Path, name: str
 ) -> None:
-    chart = Chart(find_helm(), tmp_path)
+    chart = Chart(control_plane.helm, tmp_path, kube_version=K8S_VERSION.lstrip("v"))
     objects = chart.render(VALUES[name], release=f"dry-{name}", namespace=f"dry-{name}")
     core = [o for o in objects if not is_crd_kind(o)]
     assert core, "nothing rendered"

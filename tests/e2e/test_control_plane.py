@@ -6,12 +6,25 @@ nodes and the controller manager turns Deployments into pods; prove that first.
 
 from __future__ import annotations
 
+import filecmp
 import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.cluster import K8S_VERSION, SWAP_LABEL, ControlPlane
+from tests.e2e.cluster import (
+    BUILD_SCRIPT,
+    DEFAULT_LINE,
+    HELM_NAME,
+    K8S_VERSION,
+    SWAP_LABEL,
+    ControlPlane,
+    bin_dir,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -42,6 +55,34 @@ def test_api_server_is_ready_and_reports_version(control_plane: ControlPlane) ->
     versions = json.loads(control_plane.kubectl("version", "-o", "json").stdout)
     assert versions["clientVersion"]["gitVersion"] == K8S_VERSION
     assert versions["serverVersion"]["gitVersion"] == K8S_VERSION
+    assert control_plane.bin == bin_dir(DEFAULT_LINE)
+    helm = subprocess.run([str(control_plane.helm), "version", "--template={{.Version}}"],
+                          capture_output=True, text=True, timeout=60, check=True).stdout
+    assert helm.startswith("v4." if HELM_NAME == "helm4" else "v3.")
+
+
+@pytest.mark.parametrize("name", ["etcd", "helm4"])
+def test_line_independent_binaries_are_built_once_and_copied(
+    control_plane: ControlPlane, tmp_path: Path, name: str
+) -> None:
+    """etcd and helm4 do not depend on the Kubernetes line: a line whose directory lacks
+    them gets a copy of another line's build with the same stamp, not a second build."""
+    source = control_plane.bin
+    if not (source / name).exists():
+        subprocess.run(["bash", str(BUILD_SCRIPT), name], check=True, timeout=3600,
+                       env={**os.environ, "SWAPWISE_K8S_BIN": str(source),
+                            "SWAPWISE_K8S_VERSION": DEFAULT_LINE})
+    here, other = tmp_path / "k8s" / "here" / "bin", tmp_path / "k8s" / "other" / "bin"
+    other.mkdir(parents=True)
+    shutil.copy2(source / name, other / name)
+    shutil.copy2(source / f".stamp-{name}", other / f".stamp-{name}")
+    env = {**os.environ, "SWAPWISE_K8S_BIN": str(here), "SWAPWISE_K8S_VERSION": DEFAULT_LINE,
+           "SWAPWISE_GO_P": "1"}
+    out = subprocess.run(["bash", str(BUILD_SCRIPT), name], env=env, capture_output=True,
+                         text=True, timeout=120, check=True).stdout
+    assert f"==> {name}: copied from {other}" in out, out
+    assert filecmp.cmp(here / name, other / name, shallow=False)
+    assert (here / f".stamp-{name}").read_text() == (other / f".stamp-{name}").read_text()
 
 
 def test_fake_nodes_keep_status_and_labels(

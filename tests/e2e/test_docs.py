@@ -45,8 +45,13 @@ class Session:
     def __init__(self, cp: ControlPlane, cwd: Path) -> None:
         self.cp, self.cwd = cp, cwd
         self.port = free_port()
+        # `helm` in the docs is the Helm this session selects (SWAPWISE_HELM: 3 or helm4).
+        shims = cwd / "shims"
+        shims.mkdir(parents=True, exist_ok=True)
+        (shims / "helm").unlink(missing_ok=True)
+        (shims / "helm").symlink_to(cp.helm)
         self.env = {**os.environ, "KUBECONFIG": str(cp.kubeconfig),
-                    "PATH": f"{cp.bin}:{os.environ['PATH']}"}
+                    "PATH": f"{shims}:{cp.bin}:{os.environ['PATH']}"}
         self.server: Swapwise | None = None
 
     def adapt(self, command: docs.Command) -> str:

@@ -290,7 +290,7 @@ def test_two_labellers_only_the_leader_acts_and_the_other_takes_over(
 
 
 def _helm(cp: ControlPlane) -> Path:
-    helm = Path(os.environ.get("HELM") or cp.bin / "helm")
+    helm = Path(os.environ.get("HELM") or cp.helm)
     if not os.access(helm, os.X_OK):
         raise ClusterError(f"no helm at {helm}: build it with tests/e2e/build-control-plane.sh")
     return helm

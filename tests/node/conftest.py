@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.cluster import (
+    BASE_LINE,
     Component,
     ControlPlane,
     ensure_binaries,
@@ -89,7 +90,9 @@ def artifacts(pytestconfig: pytest.Config, private_network: None) -> Artifacts:
 @pytest.fixture(scope="session")
 def control_plane(pytestconfig: pytest.Config, private_network: None) -> Iterator[ControlPlane]:
     with uncaptured(pytestconfig):
-        binaries = ensure_binaries()
+        # The real node's kubelet is built from the 1.34 line (build-node.sh): its control
+        # plane stays there whatever SWAPWISE_K8S_VERSION selects for tests/e2e.
+        binaries = ensure_binaries(BASE_LINE)
     # Every address it listens on is in this namespace: loopback and the guest's tap.
     with ControlPlane(binaries, bind_address="0.0.0.0") as cp:
         yield cp

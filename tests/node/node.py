@@ -401,12 +401,12 @@ def main() -> None:
     """``unshare --net -- python -m tests.node.node``: a control plane and one real swap node,
     until Ctrl-C (with gVisor's runsc handler when SWAPWISE_NODE_GVISOR=1). Reach them from
     another shell with ``nsenter --net=/proc/PID/ns/net``."""
-    from tests.e2e.cluster import ensure_binaries
+    from tests.e2e.cluster import BASE_LINE, ensure_binaries
 
     network_to_guest()
     artifacts = Artifacts.build()
     gvisor = GVisor.build() if os.environ.get("SWAPWISE_NODE_GVISOR") == "1" else None
-    with (ControlPlane(ensure_binaries(), keep=True, bind_address="0.0.0.0") as cp,
+    with (ControlPlane(ensure_binaries(BASE_LINE), keep=True, bind_address="0.0.0.0") as cp,
           RealNode(cp, artifacts, gvisor=gvisor) as node):
         print(f"node {node.name} registered; guest files in {node.share}; pid {os.getpid()}")
         cp.run_until_interrupted()
