@@ -45,12 +45,15 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+# SWAPWISE_HELM (3 or 4), read once, where the chart tests read it; re-exported for tests/e2e.
+from tests.chart.chartlib import HELM_MAJOR as HELM_MAJOR
+from tests.chart.chartlib import HELM_NAME as HELM_NAME
+
 E2E_DIR = Path(__file__).resolve().parent
 
 
 BASE_LINE = "1.34"  # helper module gomod/kubernetes; another line L has gomod/kubernetes-L
 LINES = ("1.34", "1.37")  # the lines the whole e2e suite runs on (`make test` runs both)
-HELM_NAMES = {"3": "helm", "4": "helm4"}  # SWAPWISE_HELM -> binary in the line's bin dir
 
 
 def _setting(variable: str, default: str, allowed: Iterable[str]) -> str:
@@ -63,9 +66,6 @@ def _setting(variable: str, default: str, allowed: Iterable[str]) -> str:
 # The Kubernetes line every e2e test runs on unless it asks for another:
 # SWAPWISE_K8S_VERSION=1.34 (default) or 1.37, the same setting build-control-plane.sh reads.
 DEFAULT_LINE = _setting("SWAPWISE_K8S_VERSION", BASE_LINE, LINES)
-# The Helm every e2e install (and tests/chart) uses: SWAPWISE_HELM=3 (default) or 4.
-HELM_MAJOR = _setting("SWAPWISE_HELM", "3", HELM_NAMES)
-HELM_NAME = HELM_NAMES[HELM_MAJOR]
 
 
 def _module_dir(line: str) -> Path:
