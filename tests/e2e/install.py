@@ -20,7 +20,14 @@ from typing import Any
 
 import yaml
 
-from tests.e2e.cluster import ClusterError, ControlPlane, Swapwise, free_port
+from tests.e2e.cluster import (
+    PROFILE_LABEL,
+    ClusterError,
+    ControlPlane,
+    Swapwise,
+    free_port,
+    wait_for_mutation,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART = REPO_ROOT / "charts" / "swapwise"
@@ -116,12 +123,23 @@ class Installation:
 
 
 @contextlib.contextmanager
-def installed(cp: ControlPlane, workdir: Path, profiles: dict[str, Any]) -> Iterator[Installation]:
-    """The chart installed with these profiles and its server running; uninstalled after."""
+def installed(
+    cp: ControlPlane, workdir: Path, profiles: dict[str, Any],
+    opted_in: tuple[str, str] | None = None,
+) -> Iterator[Installation]:
+    """The chart installed with these profiles and its server running; uninstalled after.
+
+    ``opted_in``: (namespace, profile) to create labelled for that profile, returned only
+    once the webhook reshapes pods there.
+    """
     install = Installation(cp, workdir, profiles)
     install.upgrade()
     try:
         install.start_server()
+        if opted_in is not None:
+            namespace, profile = opted_in
+            cp.create_namespace(namespace, {PROFILE_LABEL: profile})
+            wait_for_mutation(cp, namespace)
         yield install
     finally:
         install.stop_server()

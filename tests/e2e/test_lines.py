@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.cluster import DEFAULT_LINE, PROFILE_LABEL, ControlPlane, wait_for_mutation
+from tests.e2e.cluster import DEFAULT_LINE, ControlPlane
 from tests.e2e.install import Installation, container, installed, pod
 
 pytestmark = pytest.mark.e2e
@@ -47,10 +47,8 @@ EXPECTED: dict[str, tuple[str | None, str]] = {
 def swapwise(
     control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Installation]:
-    profiles = {"sandbox": {"swapRatio": 2}}
-    with installed(control_plane, tmp_path_factory.mktemp("install"), profiles) as install:
-        control_plane.create_namespace(OPTED_IN, {PROFILE_LABEL: "sandbox"})
-        wait_for_mutation(control_plane, OPTED_IN)
+    with installed(control_plane, tmp_path_factory.mktemp("install"),
+                   {"sandbox": {"swapRatio": 2}}, opted_in=(OPTED_IN, "sandbox")) as install:
         yield install
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.cluster import PROFILE_LABEL, SWAP_LABEL, ControlPlane, wait_for_mutation
+from tests.e2e.cluster import PROFILE_LABEL, SWAP_LABEL, ControlPlane
 from tests.e2e.install import Installation, installed, pod
 
 pytestmark = pytest.mark.e2e
@@ -27,10 +27,8 @@ NAMESPACE = "swap-rule"
 def swapwise(
     control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Installation]:
-    profiles = {"sandbox": {"swapRatio": 2}}
-    with installed(control_plane, tmp_path_factory.mktemp("install"), profiles) as install:
-        control_plane.create_namespace(NAMESPACE, {PROFILE_LABEL: "sandbox"})
-        wait_for_mutation(control_plane, NAMESPACE)
+    with installed(control_plane, tmp_path_factory.mktemp("install"),
+                   {"sandbox": {"swapRatio": 2}}, opted_in=(NAMESPACE, "sandbox")) as install:
         yield install
 
 
