@@ -25,14 +25,15 @@ _COMPACT = json.JSONEncoder(separators=(",", ":"))
 
 def _compact_json(value: dict[str, Any]) -> str:
     """``_COMPACT.encode(value)``, by orjson: the same text for ASCII (container names and
-    quantities always are); anything else (junk recorded earlier) takes the stdlib's
-    ``\\u`` escapes, so the annotation reads the same whichever way it was written (and
-    a lone surrogate, which orjson refuses, is written as the stdlib does)."""
+    quantities always are) but DEL, which the stdlib writes as ``\\u007f`` and orjson as
+    is; anything else (junk recorded earlier) takes the stdlib's ``\\u`` escapes, so the
+    annotation reads the same whichever way it was written (and a lone surrogate, which
+    orjson refuses, is written as the stdlib does)."""
     try:
         text = orjson.dumps(value).decode()
     except TypeError:  # orjson.JSONEncodeError
         return _COMPACT.encode(value)
-    return text if text.isascii() else _COMPACT.encode(value)
+    return text if text.isascii() and "\x7f" not in text else _COMPACT.encode(value)
 
 
 _JUNK = warning(f"ignored unreadable {ORIGINAL_ANNOTATION} annotation (rewritten)")
