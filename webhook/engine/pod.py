@@ -80,8 +80,9 @@ def _exact_value(value: Fraction) -> Exact:
 
 @lru_cache(maxsize=4096)
 def _parse_text(value: str) -> Exact:
-    """:func:`~webhook.quantity.parse_text`, whole values as int (cached alike)."""
-    return _exact_value(parse_text(value))
+    """:func:`~webhook.quantity.parse_text`, whole values as int, cached here instead:
+    ``__wrapped__`` bypasses parse_text's own cache, so a string is held once."""
+    return _exact_value(parse_text.__wrapped__(value))
 
 
 def _quantities(resources: dict[str, Any], field: str, where: str | tuple[str, int]
