@@ -89,25 +89,21 @@ stamp_key() {  # what the binary depends on: helper module, ldflags, Go toolchai
     | sha256sum | cut -d' ' -f1
 }
 
-up_to_date() {  # binary exists, stamp matches and it reports the expected version
-  local name=$1 key=$2 vcmd=$3 want=$4 out
-  [[ -x $bin/$name && -f $bin/.stamp-$name && $(<"$bin/.stamp-$name") == "$key" ]] || return 1
+up_to_date() {  # in DIR: binary exists, stamp matches and it reports the expected version
+  local dir=$1 name=$2 key=$3 vcmd=$4 want=$5 out
+  [[ -x $dir/$name && -f $dir/.stamp-$name && $(<"$dir/.stamp-$name") == "$key" ]] || return 1
   # shellcheck disable=SC2086  # vcmd is a word list on purpose
-  out=$("$bin/$name" $vcmd 2>&1) || return 1
+  out=$("$dir/$name" $vcmd 2>&1) || return 1
   [[ $out == *"$want"* ]]
 }
 
 shared_copy() {  # an identical build (same stamp) in another line's directory: copy it
-  local name=$1 key=$2 vcmd=$3 want=$4 other out
+  local name=$1 key=$2 vcmd=$3 want=$4 other
   for other in "$bin"/../../*/bin; do
     [[ $other -ef $bin ]] && continue
-    [[ -x $other/$name && -f $other/.stamp-$name && $(<"$other/.stamp-$name") == "$key" ]] \
-      || continue
+    up_to_date "$other" "$name" "$key" "$vcmd" "$want" || continue
     cp -f "$other/$name" "$bin/.$name.tmp"
     mv -f "$bin/.$name.tmp" "$bin/$name"
-    # shellcheck disable=SC2086
-    out=$("$bin/$name" $vcmd 2>&1) || continue
-    [[ $out == *"$want"* ]] || continue
     echo "$key" >"$bin/.stamp-$name"
     echo "==> $name: copied from $(cd "$other" && pwd) (same stamp: $want)"
     return 0
@@ -125,7 +121,7 @@ built=0
 for name in "${wanted[@]}"; do
   IFS='|' read -r module pkg ldflags vcmd want < <(spec "$name")
   key=$(stamp_key "$module" "$ldflags")
-  if up_to_date "$name" "$key" "$vcmd" "$want"; then
+  if up_to_date "$bin" "$name" "$key" "$vcmd" "$want"; then
     echo "==> $name: up to date ($want)"
     continue
   fi
