@@ -11,7 +11,6 @@ show the warning; `helm uninstall` must take the policies away, and with them th
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -68,9 +67,8 @@ def cluster(pytestconfig: pytest.Config) -> Iterator[ControlPlane]:
 
 
 def helm(cp: ControlPlane, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """helm of the default line's bin dir, or $HELM (as the chart tests: Helm 4, say)."""
-    binary = os.environ.get("HELM") or str(cp.bin / "helm")
-    proc = subprocess.run([binary, "--kubeconfig", str(cp.kubeconfig), *args],
+    """The helm SWAPWISE_HELM selects (3 or 4), as every e2e install uses."""
+    proc = subprocess.run([str(cp.helm), "--kubeconfig", str(cp.kubeconfig), *args],
                           capture_output=True, text=True, timeout=180, check=False)
     assert not check or proc.returncode == 0, f"helm {args}: {proc.stderr}{proc.stdout}"
     return proc
