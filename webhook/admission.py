@@ -7,7 +7,7 @@ it testable without a socket and shareable with the benchmarks.
 
 from __future__ import annotations
 
-import base64
+from binascii import b2a_base64
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -83,7 +83,7 @@ def review_response(
     response: dict[str, Any] = {"uid": uid, "allowed": True}
     if mutation is not None and mutation.patch:
         response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(codec.dumps(mutation.patch)).decode("ascii")
+        response["patch"] = b2a_base64(codec.dumps(mutation.patch), newline=False).decode()
     if warnings:
         response["warnings"] = warnings
     return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}

@@ -69,3 +69,14 @@ class Profile:
     resize_policy: ResizePolicy = "RestartContainer"
     pod_selector: LabelSelector | None = None
     placement: Placement = field(default_factory=Placement)
+    # The two ratios as (numerator, denominator) ints, for the engine's per-container
+    # arithmetic: a Fraction's numerator and denominator are Python-level properties.
+    request_ratio_terms: tuple[int, int] = field(init=False, repr=False, compare=False)
+    max_limit_request_ratio_terms: tuple[int, int] | None = field(
+        init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        cap = self.max_limit_request_ratio
+        object.__setattr__(self, "request_ratio_terms", self.request_ratio.as_integer_ratio())
+        object.__setattr__(self, "max_limit_request_ratio_terms",
+                           None if cap is None else cap.as_integer_ratio())

@@ -33,24 +33,22 @@ def _has(expressions: list[Any], wanted: dict[str, Any]) -> bool:
     return False
 
 
-def _nest(path: str, keys: list[str], value: Any) -> PatchOp:
-    """One ``add`` that creates the missing chain of objects ``keys`` under ``path``."""
-    for key in reversed(keys[1:]):
-        value = {key: value}
-    return add(f"{path}/{keys[0]}", value)
-
-
 def _required_ops(spec: dict[str, Any], wanted: list[dict[str, Any]]) -> list[PatchOp]:
     affinity = as_dict(spec.get("affinity"), "spec.affinity")
     node_affinity = as_dict(affinity.get("nodeAffinity"), "spec.affinity.nodeAffinity")
     required = as_dict(node_affinity.get(REQUIRED), REQUIRED)
     terms = as_list(required.get("nodeSelectorTerms"), "nodeSelectorTerms")
-    if not terms:
-        chain = ["affinity", "nodeAffinity", REQUIRED, "nodeSelectorTerms"]
-        present = [affinity, node_affinity, required]
-        depth = next((i for i, obj in enumerate(present) if not obj), len(present))
-        base = "/spec" + "".join(f"/{key}" for key in chain[:depth])
-        return [_nest(base, chain[depth:], [{"matchExpressions": wanted}])]
+    if not terms:  # one term, created with whatever objects are missing on the way
+        value: Any = [{"matchExpressions": wanted}]
+        if required:
+            return [add(f"/spec/affinity/nodeAffinity/{REQUIRED}/nodeSelectorTerms", value)]
+        value = {"nodeSelectorTerms": value}
+        if node_affinity:
+            return [add(f"/spec/affinity/nodeAffinity/{REQUIRED}", value)]
+        value = {REQUIRED: value}
+        if affinity:
+            return [add("/spec/affinity/nodeAffinity", value)]
+        return [add("/spec/affinity", {"nodeAffinity": value})]
     ops: list[PatchOp] = []
     base = f"/spec/affinity/nodeAffinity/{REQUIRED}/nodeSelectorTerms"
     for index, raw in enumerate(terms):
@@ -105,7 +103,8 @@ def _toleration_ops(spec: dict[str, Any], placement: Placement) -> list[PatchOp]
     existing = as_list(spec.get("tolerations"), "spec.tolerations")
     if not placement.tolerations:  # nothing to add: only the shape is checked, as below
         for toleration in existing:
-            as_dict(toleration, "spec.tolerations[]")
+            if type(toleration) is not dict:
+                as_dict(toleration, "spec.tolerations[]")
         return []
     seen = [_normalized(t) for t in existing]
     missing: list[dict[str, Any]] = []

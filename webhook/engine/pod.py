@@ -85,6 +85,42 @@ def _parse_text(value: str) -> Exact:
     return _exact_value(parse_text.__wrapped__(value))
 
 
+# A container's (requests, limits), by the text of their cpu and memory entries. A
+# cluster writes few distinct resource blocks, and every admission parses every
+# container's: a hit is one lookup instead of four quantities. Shared by the containers
+# that read the same text, so never mutated; emptied when full.
+_RESOURCES: dict[tuple[Any, Any, Any, Any], tuple[Resources, Resources]] = {}
+_RESOURCES_SIZE = 4096
+
+
+def _resources(resources: dict[str, Any], where: tuple[str, int]
+               ) -> tuple[Resources, Resources]:
+    """``resources.requests`` and ``resources.limits``, parsed (see :func:`_quantities`)."""
+    requests, limits = resources.get("requests"), resources.get("limits")
+    if type(requests) is not dict or type(limits) is not dict:  # one absent (or junk)
+        return (_quantities(resources, "requests", where),
+                _quantities(resources, "limits", where))
+    key = (requests.get("cpu"), requests.get("memory"), limits.get("cpu"), limits.get("memory"))
+    try:
+        parsed = _RESOURCES.get(key)
+    except TypeError:  # an unhashable quantity: junk, refused by _quantities
+        parsed = None
+    if parsed is None:
+        parsed = (_quantities(resources, "requests", where),
+                  _quantities(resources, "limits", where))
+        # Only text is cached: 1, 1.0 and True would share a key.
+        if all(value is None or type(value) is str for value in key):
+            if len(_RESOURCES) >= _RESOURCES_SIZE:
+                _RESOURCES.clear()
+            _RESOURCES[key] = parsed
+    return parsed
+
+
+def _parse_other(raw: Any) -> Exact:
+    """A quantity that is not a string (a number, or junk): checked, then parsed."""
+    return _exact_value(parse_quantity(raw))
+
+
 def _quantities(resources: dict[str, Any], field: str, where: str | tuple[str, int]
                 ) -> Resources:
     """The cpu/memory entries of ``resources[field]``, parsed exactly.
@@ -98,17 +134,23 @@ def _quantities(resources: dict[str, Any], field: str, where: str | tuple[str, i
     if type(values) is not dict:
         values = as_dict(values, f"{_where(where)}.{field}")
     parsed: Resources = {}
-    for name in QOS_RESOURCES:
-        raw = values.get(name)
-        if raw is None:
-            continue
-        try:
-            # Strings (nearly always) go straight to the cache; the rest is checked first.
-            parsed[name] = (_parse_text(raw) if type(raw) is str
-                            else _exact_value(parse_quantity(raw)))
-        except QuantityError as exc:
-            raise MalformedPod(f"{_where(where)}.{field}.{name}: {exc}") from exc
+    # Unrolled over QOS_RESOURCES: strings (nearly always) go straight to the cache.
+    cpu, memory = values.get("cpu"), values.get("memory")
+    try:
+        if cpu is not None:
+            parsed["cpu"] = _parse_text(cpu) if type(cpu) is str else _parse_other(cpu)
+        if memory is not None:
+            parsed["memory"] = (_parse_text(memory) if type(memory) is str
+                                else _parse_other(memory))
+    except QuantityError as exc:
+        name = "memory" if "cpu" in parsed or cpu is None else "cpu"
+        raise MalformedPod(f"{_where(where)}.{field}.{name}: {exc}") from exc
     return parsed
+
+
+def _all_str(values: dict[str, Any]) -> bool:
+    """Every value a string (one C-level pass; the error is found by a second, slow one)."""
+    return not values or {*map(type, values.values())} == {str}
 
 
 def _where(where: str | tuple[str, int]) -> str:
@@ -131,20 +173,15 @@ class ContainerView:
 
     def __init__(self, path: str, kind: ContainerKind, name: str, raw: dict[str, Any],
                  requests: Resources, limits: Resources) -> None:
-        # Still frozen, but built a third as costly as the generated __init__ (one
-        # object.__setattr__ call per field): a few are built per container per admission.
-        fields = self.__dict__
-        fields["path"] = path
-        fields["kind"] = kind
-        fields["name"] = name
-        fields["raw"] = raw
-        fields["requests"] = requests
-        fields["limits"] = limits
-        limit = fields["memory_limit"] = limits.get("memory")
-        fields["memory_request"] = requests.get("memory", limit)
+        # Still frozen, but built with one dict update rather than the generated
+        # __init__'s object.__setattr__ per field: one is built per container per admission.
+        limit = limits.get("memory")
+        self.__dict__.update(path=path, kind=kind, name=name, raw=raw, requests=requests,
+                             limits=limits, memory_request=requests.get("memory", limit),
+                             memory_limit=limit)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class PodView:
     pod: dict[str, Any]
     metadata: dict[str, Any]
@@ -152,6 +189,14 @@ class PodView:
     labels: dict[str, Any]
     annotations: dict[str, Any]
     containers: tuple[ContainerView, ...]  # initContainers first, then containers
+    critical: bool  # see is_critical
+
+    def __init__(self, pod: dict[str, Any], metadata: dict[str, Any], spec: dict[str, Any],
+                 labels: dict[str, Any], annotations: dict[str, Any],
+                 containers: tuple[ContainerView, ...], critical: bool) -> None:
+        # Frozen, built with one dict update (see ContainerView): one per admission.
+        self.__dict__.update(pod=pod, metadata=metadata, spec=spec, labels=labels,
+                             annotations=annotations, containers=containers, critical=critical)
 
     @classmethod
     def parse(cls, pod: Any) -> PodView:
@@ -159,83 +204,76 @@ class PodView:
             raise MalformedPod("pod must be an object")
         metadata = as_dict(pod.get("metadata"), "metadata")
         spec = as_dict(pod.get("spec"), "spec")
-        lists = (("initContainers", as_list(spec.get("initContainers"), "spec.initContainers",
-                                            MAX_CONTAINERS)),
-                 ("containers", as_list(spec.get("containers"), "spec.containers",
-                                        MAX_CONTAINERS)))
-        total = len(lists[0][1]) + len(lists[1][1])
+        init_containers = as_list(spec.get("initContainers"), "spec.initContainers",
+                                  MAX_CONTAINERS)
+        regular = as_list(spec.get("containers"), "spec.containers", MAX_CONTAINERS)
+        total = len(init_containers) + len(regular)
         if total > MAX_CONTAINERS:
             raise PodTooLarge(f"pod has {total} containers; swapwise reshapes pods of at most "
                               f"{MAX_CONTAINERS}")
         labels = as_dict(metadata.get("labels"), "metadata.labels")
-        for key, value in labels.items():
-            if type(value) is not str:
-                raise MalformedPod(f"metadata.labels[{key!r}] must be a string")
+        if not _all_str(labels):
+            for key, value in labels.items():
+                if type(value) is not str:
+                    raise MalformedPod(f"metadata.labels[{key!r}] must be a string")
         annotations = as_dict(metadata.get("annotations"), "metadata.annotations")
-        for key, value in annotations.items():
-            if type(value) is not str and key not in OWN_ANNOTATIONS:
-                raise MalformedPod(f"metadata.annotations[{key!r}] must be a string")
+        if not _all_str(annotations):
+            for key, value in annotations.items():
+                if type(value) is not str and key not in OWN_ANNOTATIONS:
+                    raise MalformedPod(f"metadata.annotations[{key!r}] must be a string")
         for field in ("priorityClassName", "nodeName", "restartPolicy"):
             value = spec.get(field)
             if value is not None and type(value) is not str:
                 as_str(value, f"spec.{field}")  # raises, naming the field
         priority = spec.get("priority")
-        if priority is not None and type(priority) is not int:
+        if priority is not None and type(priority) is not int:  # (a bool is not either)
             raise MalformedPod("spec.priority must be an integer")
-        as_str(as_dict(spec.get("os"), "spec.os").get("name"), "spec.os.name")
+        # The kubelet never gives swap to critical pods; neither do we touch them.
+        critical = (spec.get("priorityClassName") in CRITICAL_CLASSES
+                    or (priority is not None and priority >= CRITICAL_PRIORITY)
+                    or MIRROR_ANNOTATION in annotations)
+        os_spec = spec.get("os")
+        if os_spec is not None:
+            as_str(as_dict(os_spec, "spec.os").get("name"), "spec.os.name")
         containers: list[ContainerView] = []
-        for field, items in lists:
+        append = containers.append
+        for field, items in (("initContainers", init_containers), ("containers", regular)):
+            init = field == "initContainers"
             for index, raw in enumerate(items):
                 # Where, for error messages: built only when one is raised (this loop runs
                 # for every container of every admission).
                 container = raw if type(raw) is dict else as_dict(raw, _at(field, index))
                 name = container.get("name")
-                if not isinstance(name, str) or not name:
+                if type(name) is not str or not name:
                     raise MalformedPod(f"{_at(field, index)}.name must be a non-empty string")
                 resources = container.get("resources")
                 if type(resources) is not dict:
                     resources = as_dict(resources, f"{_at(field, index)}.resources")
-                kind: ContainerKind = "container"
                 restart = container.get("restartPolicy")
                 if restart is not None and type(restart) is not str:
                     as_str(restart, f"{_at(field, index)}.restartPolicy")
-                if field == "initContainers":
+                kind: ContainerKind = "container"
+                if init:
                     kind = "sidecar" if restart == "Always" else "init"
-                where = (field, index)
-                containers.append(
-                    ContainerView(
-                        path=f"/spec/{field}/{index}",
-                        kind=kind,
-                        name=name,
-                        raw=container,
-                        requests=_quantities(resources, "requests", where),
-                        limits=_quantities(resources, "limits", where),
-                    )
-                )
-        return cls(
-            pod=pod,
-            metadata=metadata,
-            spec=spec,
-            labels=labels,
-            annotations=annotations,
-            containers=tuple(containers),
-        )
+                requests, limits = _resources(resources, (field, index)) if resources \
+                    else ({}, {})
+                append(ContainerView(f"/spec/{field}/{index}", kind, name, container,
+                                     requests, limits))
+        return cls(pod, metadata, spec, labels, annotations, tuple(containers), critical)
 
     def is_critical(self) -> bool:
         """The kubelet never gives swap to critical pods; neither do we touch them."""
-        if self.spec.get("priorityClassName") in CRITICAL_CLASSES:
-            return True
-        priority = self.spec.get("priority")
-        if isinstance(priority, int) and not isinstance(priority, bool) \
-                and priority >= CRITICAL_PRIORITY:
-            return True
-        return MIRROR_ANNOTATION in self.annotations
+        return self.critical
 
     def owned_by_daemonset(self) -> bool:
         where = "metadata.ownerReferences"
-        refs = as_list(self.metadata.get("ownerReferences"), where)
-        return any(as_str(as_dict(ref, f"{where}[]").get("kind"), f"{where}[].kind")
-                   == "DaemonSet" for ref in refs)
+        for ref in as_list(self.metadata.get("ownerReferences"), where):
+            kind = ref.get("kind") if type(ref) is dict else as_dict(ref, f"{where}[]").get("kind")
+            if kind == "DaemonSet":
+                return True
+            if kind is not None and type(kind) is not str:
+                as_str(kind, f"{where}[].kind")  # raises
+        return False
 
     def pod_level_resources(self) -> tuple[Resources, Resources] | None:
         """Pod-level ``spec.resources`` (cpu/memory), which decide QoS when present."""

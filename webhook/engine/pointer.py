@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 PatchOp = dict[str, Any]
 
 
+@lru_cache(maxsize=256)  # tokens are few (annotation keys, field names), met per admission
 def escape(token: str) -> str:
     """Escape one JSON Pointer token (RFC 6901): ``~`` first, then ``/``."""
     return token.replace("~", "~0").replace("/", "~1")

@@ -28,9 +28,13 @@ def resize_ops(
         container = change.container
         if container.kind == "init":
             continue
-        path = f"{container.path}/resizePolicy"
-        policies = as_list(container.raw.get("resizePolicy"), path)
+        path = container.path + "/resizePolicy"
+        policies = container.raw.get("resizePolicy")
         entry = {"resourceName": "memory", "restartPolicy": RESTART}
+        if policies is None:  # nearly always
+            ops.append(add(path, [entry]))
+            continue
+        policies = as_list(policies, path)
         for index, policy in enumerate(policies):
             policy = as_dict(policy, path)
             if as_str(policy.get("resourceName"), f"{path}[].resourceName") != "memory":

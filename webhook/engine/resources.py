@@ -28,26 +28,20 @@ class ContainerChange:
 
     def __init__(self, container: ContainerView, request: int, limit: int, limit_added: bool,
                  original: dict[str, str], limit_raised: bool = False) -> None:
-        # Frozen, built without the generated __init__'s object.__setattr__ per field
-        # (see ContainerView).
-        fields = self.__dict__
-        fields["container"] = container
-        fields["request"] = request
-        fields["limit"] = limit
-        fields["limit_added"] = limit_added
-        fields["original"] = original
-        fields["limit_raised"] = limit_raised
+        # Frozen, built with one dict update (see ContainerView).
+        self.__dict__.update(container=container, request=request, limit=limit,
+                             limit_added=limit_added, original=original,
+                             limit_raised=limit_raised)
 
 
 def target(limit: int, profile: Profile) -> int:
     """Request that lets the cold memory (limit - request) fit the container's swap share."""
     # ceilMi(limit * n/d) in integer arithmetic: exact, without building Fractions.
-    ratio = profile.request_ratio
-    request = max(profile.min_request,
-                  -(-(limit * ratio.numerator) // (ratio.denominator * MI)) * MI)
-    cap = profile.max_limit_request_ratio
+    numerator, denominator = profile.request_ratio_terms
+    request = max(profile.min_request, -(-(limit * numerator) // (denominator * MI)) * MI)
+    cap = profile.max_limit_request_ratio_terms
     if cap is not None:  # ceilMi(limit / (n/d)) = ceilMi(limit * d/n)
-        request = max(request, -(-(limit * cap.denominator) // (cap.numerator * MI)) * MI)
+        request = max(request, -(-(limit * cap[1]) // (cap[0] * MI)) * MI)
     return request
 
 
@@ -57,11 +51,11 @@ def raised_limit(request: int, profile: Profile) -> int:
     ``target`` the other way round: ``floorMi(request / requestRatio)``, and at most
     ``floorMi(request * maxLimitRequestRatio)``.
     """
-    ratio = profile.request_ratio
-    limit = request * ratio.denominator // (ratio.numerator * MI) * MI
-    cap = profile.max_limit_request_ratio
+    numerator, denominator = profile.request_ratio_terms
+    limit = request * denominator // (numerator * MI) * MI
+    cap = profile.max_limit_request_ratio_terms
     if cap is not None:
-        limit = min(limit, request * cap.numerator // (cap.denominator * MI) * MI)
+        limit = min(limit, request * cap[0] // (cap[1] * MI) * MI)
     return limit
 
 
@@ -109,7 +103,7 @@ def plan_container(
     if limit is not None:
         if request != limit:
             return None  # request < limit, or request only: already swap-eligible
-        limit_bytes = _ceil(limit)
+        limit_bytes = limit if type(limit) is int else _ceil(limit)
         limit_added = False
     elif request is None and profile.default_limit is not None:
         limit_bytes = profile.default_limit
@@ -132,13 +126,16 @@ def plan_resources(
     changes: list[ContainerChange] = []
     warnings: list[str] = []
     for container in view.containers:
-        managed = container.kind == "container" and container.name in vpa_managed
+        managed = bool(vpa_managed) and container.kind == "container" \
+            and container.name in vpa_managed
         result = plan_container(container, profile, managed)
-        if isinstance(result, ContainerChange):
+        if result is None:
+            continue
+        if isinstance(result, str):
+            warnings.append(result)
+        else:
             changes.append(result)
             warnings.append(describe(result))
-        elif isinstance(result, str):
-            warnings.append(result)
     return changes, warnings
 
 
@@ -158,14 +155,24 @@ def describe(change: ContainerChange) -> str:
 
 def resource_ops(change: ContainerChange) -> list[PatchOp]:
     """Patch operations for one container, creating missing objects on the way."""
-    path = f"{change.container.path}/resources"
+    container = change.container
+    path = container.path + "/resources"
     # PodView.parse has checked that these are objects (or absent).
-    resources: dict[str, Any] = change.container.raw.get("resources") or {}
-    # raiseLimit keeps the request: written only when it was the limit's default (limit only,
-    # as offline input can be; the API server has always filled it in before webhooks run).
-    explicit = change.container.requests.get("memory") is not None
-    wanted = {} if change.limit_raised and explicit else {"requests": format_bytes(change.request)}
-    if change.limit_added or change.limit_raised:
+    resources: dict[str, Any] = container.raw.get("resources") or {}
+    if not change.limit_added and not change.limit_raised:  # nearly always: the request only
+        requests = resources.get("requests")
+        if requests:  # the loop below, for that one field
+            op = "add" if requests.get("memory") is None else "replace"
+            return [{"op": op, "path": path + "/requests/memory",
+                     "value": format_bytes(change.request)}]
+        wanted = {"requests": format_bytes(change.request)}
+    else:
+        # raiseLimit keeps the request: written only when it was the limit's default (limit
+        # only, as offline input can be; the API server has always filled it in before
+        # webhooks run).
+        explicit = container.requests.get("memory") is not None
+        wanted = ({} if change.limit_raised and explicit
+                  else {"requests": format_bytes(change.request)})
         wanted["limits"] = format_bytes(change.limit)
     if not resources:
         return [add(path, {field: {"memory": value} for field, value in wanted.items()})]
