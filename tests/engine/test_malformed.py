@@ -26,3 +26,20 @@ def test_malformed_pods_are_left_unchanged(p: Any) -> None:
     mutation = mutate_pod(p, DEFAULT)
     assert mutation.patch == [] and mutation.skipped == "malformed"
     assert mutation.warnings and mutation.warnings[0].startswith("swapwise: pod left unchanged")
+
+
+def _resources_pod(request: Any, limit: Any) -> dict[str, Any]:
+    resources = {"requests": {"memory": request, "cpu": "1"}, "limits": {"memory": limit}}
+    return {"spec": {"containers": [{"name": "a", "resources": resources}]}}
+
+
+def test_cached_resource_blocks_never_answer_for_junk() -> None:
+    """engine/pod.py caches parsed requests/limits by their text: a number equal to a
+    cached key (True == 1) or an unhashable value must still be judged on its own."""
+    assert mutate_pod(_resources_pod("2Gi", "2Gi"), DEFAULT).skipped is None
+    assert mutate_pod(_resources_pod(1, 1), DEFAULT).skipped is None
+    for request, limit in [(True, True), (["2Gi"], "2Gi"), ("2Gi", {"v": 1}), ("lots", "2Gi")]:
+        for _ in range(2):  # and not cached by the first refusal
+            mutation = mutate_pod(_resources_pod(request, limit), DEFAULT)
+            assert mutation.skipped == "malformed", (request, limit)
+    assert mutate_pod(_resources_pod("2Gi", "2Gi"), DEFAULT).patch
