@@ -23,7 +23,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from multiprocessing import get_context
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from fastapi import FastAPI
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -113,9 +113,10 @@ def _error(status: int, message: str) -> tuple[int, bytes]:
     return status, codec.dumps({"error": message, "code": status})
 
 
-@dataclass(frozen=True)
-class Answer:
-    """An admission answered (bytes to send) and what happened, for logs and metrics."""
+class Answer(NamedTuple):
+    """An admission answered (bytes to send) and what happened, for logs and metrics.
+
+    A NamedTuple: one is built per admission, in a quarter of a frozen dataclass's time."""
 
     status: int
     content: bytes
