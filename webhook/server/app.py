@@ -8,7 +8,9 @@ the admission decision itself (see BENCHMARKS.md). The routes are one table, Fas
 the admission route's endpoint is that handler, and :class:`SwapwiseApp` hands a request
 that route matches straight to it, past the middleware stack. So no middleware may exist
 (it would never see an admission): :class:`SwapwiseApp` refuses an app that has any.
-Whatever the input, the answer is a 2xx or a 4xx, never a 5xx.
+In the server, the connection protocol goes further for a body of at most OFFLOAD_BYTES:
+it answers with :meth:`Admission.respond`, without an ASGI request at all
+(uvicorn_internals.py). Whatever the input, the answer is a 2xx or a 4xx, never a 5xx.
 """
 
 from __future__ import annotations
