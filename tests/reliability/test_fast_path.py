@@ -12,6 +12,7 @@ from uvicorn.server import ServerState
 
 from tests.reliability.support import InProcess, review_json
 from tests.reliability.test_protocol import FakeTransport
+from webhook.server.app import Admission
 from webhook.server.uvicorn_internals import GuardedHttpToolsProtocol
 
 BODY = json.dumps(review_json()).encode()
@@ -83,3 +84,15 @@ def test_an_admission_takes_no_asgi_cycle() -> None:
 
     protocol, transport = asyncio.run(run())
     assert protocol.cycle is None and transport.written.startswith(b"HTTP/1.1 200 OK\r\n")
+
+
+def test_a_bug_is_answered_as_uvicorn_answers_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Admission.record cannot raise today; if it did, both paths write the same 500."""
+
+    def broken(*_args: object) -> None:
+        raise RuntimeError("bug")
+
+    monkeypatch.setattr(Admission, "record", broken)
+    fast = asyncio.run(exchange([post() + post()], fast=True, draining=False))
+    assert fast[0].startswith(b"HTTP/1.1 500 Internal Server Error\r\n") and fast[1]
+    assert fast == asyncio.run(exchange([post() + post()], fast=False, draining=False))
