@@ -1,0 +1,98 @@
+"""The connection protocol's admission fast path (uvicorn_internals.py) writes, byte for
+byte, what uvicorn's ASGI path writes, and leaves the connection in the same state."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+import uvicorn
+from uvicorn.server import ServerState
+
+from tests.reliability.support import InProcess, review_json
+from tests.reliability.test_protocol import FakeTransport
+from webhook.server.app import Admission
+from webhook.server.uvicorn_internals import GuardedHttpToolsProtocol
+
+BODY = json.dumps(review_json()).encode()
+
+
+def post(body: bytes = BODY, path: bytes = b"/mutate/default", extra: bytes = b"") -> bytes:
+    return (b"POST %s HTTP/1.1\r\nHost: x\r\n%sContent-Length: %d\r\n\r\n%s"
+            % (path, extra, len(body), body))
+
+
+HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+READS = {
+    "one admission": [post()],
+    "pipelined in one read": [post() + post(b"{not json") + post(b"[]")],
+    "body over three reads": [post()[:60], post()[60:200], post()[200:]],
+    "client closes": [post(extra=b"Connection: close\r\n") + post()],
+    "after another route": [HEALTHZ + post()],
+    "before another route": [post() + HEALTHZ],
+    "unknown profile": [post(path=b"/mutate/nope")],
+    "query string": [post(path=b"/mutate/default?x=1")],
+    "two segments": [post(path=b"/mutate/default/x")],
+    "empty body": [post(b"")],
+}
+
+
+async def exchange(reads: list[bytes], fast: bool, draining: bool
+                   ) -> tuple[bytes, bool, bool, bool]:
+    harness = InProcess()
+    harness.state.draining = draining
+    config = uvicorn.Config(harness.app, http="httptools", lifespan="off", log_config=None,
+                            proxy_headers=False)
+    config.load()
+    server_state = ServerState()
+    protocol = GuardedHttpToolsProtocol(config=config, server_state=server_state,
+                                        app_state={})
+    if not fast:
+        protocol._admission = None  # every request through uvicorn's ASGI cycle
+    transport = FakeTransport()
+    protocol.connection_made(transport)
+    for data in reads:
+        protocol.data_received(data)
+        for _ in range(1000):
+            await asyncio.sleep(0)
+            if not server_state.tasks:
+                break
+    return (transport.written, transport.closing, protocol.timeout_keep_alive_task is not None,
+            protocol._request_timer is not None)
+
+
+@pytest.mark.parametrize("draining", [False, True])
+@pytest.mark.parametrize("reads", READS.values(), ids=READS.keys())
+def test_fast_path_writes_what_the_asgi_path_writes(reads: list[bytes], draining: bool) -> None:
+    fast = asyncio.run(exchange(reads, fast=True, draining=draining))
+    assert fast[0].startswith(b"HTTP/1.1 ")
+    assert fast == asyncio.run(exchange(reads, fast=False, draining=draining))
+
+
+def test_an_admission_takes_no_asgi_cycle() -> None:
+    async def run() -> tuple[GuardedHttpToolsProtocol, FakeTransport]:
+        config = uvicorn.Config(InProcess().app, http="httptools", lifespan="off",
+                                log_config=None, proxy_headers=False)
+        config.load()
+        protocol = GuardedHttpToolsProtocol(config=config, server_state=ServerState(),
+                                            app_state={})
+        transport = FakeTransport()
+        protocol.connection_made(transport)
+        protocol.data_received(post())
+        return protocol, transport
+
+    protocol, transport = asyncio.run(run())
+    assert protocol.cycle is None and transport.written.startswith(b"HTTP/1.1 200 OK\r\n")
+
+
+def test_a_bug_is_answered_as_uvicorn_answers_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Admission.record cannot raise today; if it did, both paths write the same 500."""
+
+    def broken(*_args: object) -> None:
+        raise RuntimeError("bug")
+
+    monkeypatch.setattr(Admission, "record", broken)
+    fast = asyncio.run(exchange([post() + post()], fast=True, draining=False))
+    assert fast[0].startswith(b"HTTP/1.1 500 Internal Server Error\r\n") and fast[1]
+    assert fast == asyncio.run(exchange([post() + post()], fast=False, draining=False))
