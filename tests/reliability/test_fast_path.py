@@ -28,7 +28,7 @@ READS = {
     "one admission": [post()],
     "pipelined in one read": [post() + post(b"{not json") + post(b"[]")],
     "body over three reads": [post()[:60], post()[60:200], post()[200:]],
-    "client closes": [post(extra=b"Connection: close\r\n") + post()],
+    "client closes": [post(extra=b"Connection: close\r\n")],
     "after another route": [HEALTHZ + post()],
     "before another route": [post() + HEALTHZ],
     "unknown profile": [post(path=b"/mutate/nope")],
@@ -68,6 +68,18 @@ def test_fast_path_writes_what_the_asgi_path_writes(reads: list[bytes], draining
     fast = asyncio.run(exchange(reads, fast=True, draining=draining))
     assert fast[0].startswith(b"HTTP/1.1 ")
     assert fast == asyncio.run(exchange(reads, fast=False, draining=draining))
+
+
+@pytest.mark.parametrize("draining", [False, True])
+def test_a_request_after_connection_close_is_not_answered(draining: bool) -> None:
+    """A request sent behind one with ``Connection: close``, in the same read: the fast path
+    answers the first, as uvicorn's ASGI path answers it alone, and closes. (What uvicorn's
+    own path does with such a read depends on its version: 0.30.0 answers the whole read
+    with a 400, the first request unanswered; newer ones as here.)"""
+    first = post(extra=b"Connection: close\r\n")
+    fast = asyncio.run(exchange([first + post()], fast=True, draining=draining))
+    assert fast[0].count(b"HTTP/1.1 ") == 1 and fast[1]
+    assert fast == asyncio.run(exchange([first], fast=False, draining=draining))
 
 
 def test_an_admission_takes_no_asgi_cycle() -> None:

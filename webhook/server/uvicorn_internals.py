@@ -170,6 +170,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 and not self.transport.is_closing():
             self._reject(431, b"request headers too large")
 
+    def send_400_response(self, msg: str) -> None:
+        # Older uvicorn (0.30.0) has httptools refuse data after a request with Connection:
+        # close (newer ones set it lenient): when the fast path has answered that request
+        # and closed, the connection has nothing more to say.
+        if self.transport.is_closing():
+            return
+        super().send_400_response(msg)
+
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._in_headers = True
