@@ -97,22 +97,23 @@ def _resources(resources: dict[str, Any], where: tuple[str, int]
                ) -> tuple[Resources, Resources]:
     """``resources.requests`` and ``resources.limits``, parsed (see :func:`_quantities`)."""
     requests, limits = resources.get("requests"), resources.get("limits")
-    if type(requests) is not dict or type(limits) is not dict:  # one absent (or junk)
-        return (_quantities(resources, "requests", where),
-                _quantities(resources, "limits", where))
-    key = (requests.get("cpu"), requests.get("memory"), limits.get("cpu"), limits.get("memory"))
-    try:
-        parsed = _RESOURCES.get(key)
-    except TypeError:  # an unhashable quantity: junk, refused by _quantities
-        parsed = None
-    if parsed is None:
-        parsed = (_quantities(resources, "requests", where),
-                  _quantities(resources, "limits", where))
-        # Only text is cached: 1, 1.0 and True would share a key.
-        if all(value is None or type(value) is str for value in key):
-            if len(_RESOURCES) >= _RESOURCES_SIZE:
-                _RESOURCES.clear()
-            _RESOURCES[key] = parsed
+    key = None
+    if type(requests) is dict and type(limits) is dict:  # else one is absent (or junk)
+        key = (requests.get("cpu"), requests.get("memory"), limits.get("cpu"),
+               limits.get("memory"))
+        try:
+            parsed = _RESOURCES.get(key)
+        except TypeError:  # an unhashable quantity: junk, refused by _quantities
+            parsed = None
+        if parsed is not None:
+            return parsed
+    parsed = (_quantities(resources, "requests", where),
+              _quantities(resources, "limits", where))
+    # Only text is cached: 1, 1.0 and True would share a key.
+    if key is not None and all(value is None or type(value) is str for value in key):
+        if len(_RESOURCES) >= _RESOURCES_SIZE:
+            _RESOURCES.clear()
+        _RESOURCES[key] = parsed
     return parsed
 
 

