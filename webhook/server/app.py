@@ -209,11 +209,16 @@ class Admission:
             child = self._counted[(label, outcome)] = self.metrics.requests.labels(label, outcome)
         child.inc()
 
+    def policy_for(self, profile: str) -> tuple[Policy, str]:
+        """The policy in use and ``profile``'s metrics label: unknown profiles share one,
+        so clients cannot grow the series."""
+        policy = self.state.policies.policy
+        return policy, profile if profile in policy.profiles else "unknown"
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
         profile: str = scope["path_params"]["profile"]
-        policy = self.state.policies.policy
-        label = profile if profile in policy.profiles else "unknown"
+        policy, label = self.policy_for(profile)
         try:
             body = await read_body(scope, receive, MAX_BODY)
         except BodyTooLarge:
@@ -237,8 +242,7 @@ class Admission:
         the connection protocol answers most admissions with this, without an ASGI cycle
         (uvicorn_internals.py)."""
         started = time.perf_counter()
-        policy = self.state.policies.policy
-        label = profile if profile in policy.profiles else "unknown"
+        policy, label = self.policy_for(profile)
         return self.record(profile, label, evaluate(body, profile, policy), started)
 
     async def answer(self, body: bytes, profile: str, policy: Policy) -> Answer:
