@@ -138,6 +138,17 @@ def ready(pod: dict[str, Any]) -> bool:
                for c in pod["status"].get("conditions") or [])
 
 
+def failure_message(text: str) -> str:
+    """The API server's message from a Status body, whole: the end of a failed webhook
+    call's message names the endpoint and the socket error (a 300-character cut of the
+    raw body once lost both, failing a test on a failure it allows)."""
+    try:
+        message = json.loads(text)["message"]
+    except (ValueError, KeyError, TypeError):
+        return text[:2000]
+    return str(message)[:2000]
+
+
 @dataclass
 class PodLoad:
     """Creates pods in ``namespace`` at ``rate`` per second until stopped, through the API
@@ -152,6 +163,7 @@ class PodLoad:
     memory: str = "256Mi"
     creates: int = 0
     failures: list[str] = field(default_factory=list)
+    failed_at: list[float] = field(default_factory=list)  # time.monotonic() of each failure
     not_reshaped: int = 0
     requests: list[str] = field(default_factory=list)  # memory request of each created pod
     started: float = 0.0
@@ -225,7 +237,8 @@ class PodLoad:
             with self._lock:
                 self.creates += 1
                 if status != 201:
-                    self.failures.append(f"{status}: {text[:300]}")
+                    self.failures.append(f"{status}: {failure_message(text)}")
+                    self.failed_at.append(time.monotonic())
                     continue
                 container = json.loads(text)["spec"]["containers"][0]["resources"]
                 self.requests.append(container["requests"]["memory"])
