@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 import pytest
 import uvicorn
@@ -108,3 +109,114 @@ def test_a_bug_is_answered_as_uvicorn_answers_it(monkeypatch: pytest.MonkeyPatch
     fast = asyncio.run(exchange([post() + post()], fast=True, draining=False))
     assert fast[0].startswith(b"HTTP/1.1 500 Internal Server Error\r\n") and fast[1]
     assert fast == asyncio.run(exchange([post() + post()], fast=False, draining=False))
+
+
+# -- the Outbox: keep-alive answers written once every ready connection has been read
+
+
+def connect(harness: InProcess | None = None) -> tuple[GuardedHttpToolsProtocol, FakeTransport]:
+    """A protocol on the running loop, connected to a fake transport."""
+    config = uvicorn.Config((harness or InProcess()).app, http="httptools", lifespan="off",
+                            log_config=None, proxy_headers=False)
+    config.load()
+    protocol = GuardedHttpToolsProtocol(config=config, server_state=ServerState(),
+                                        app_state={})
+    transport = FakeTransport()
+    protocol.connection_made(transport)
+    return protocol, transport
+
+
+def test_answers_wait_until_every_ready_connection_is_read() -> None:
+    async def run() -> tuple[list[bytes], list[bytes]]:
+        harness = InProcess()
+        connections = [connect(harness) for _ in range(3)]
+        for protocol, _ in connections:
+            protocol.data_received(post())
+        during = [transport.written for _, transport in connections]
+        await asyncio.sleep(0)
+        return during, [transport.written for _, transport in connections]
+
+    during, after = asyncio.run(run())
+    assert during == [b"", b"", b""]
+    assert all(a.startswith(b"HTTP/1.1 200 OK\r\n") and a.count(b"HTTP/1.1") == 1 for a in after)
+
+
+def test_answers_pipelined_in_one_read_go_out_in_one_write_in_order() -> None:
+    def with_uid(uid: str) -> bytes:
+        review = review_json()
+        review["request"]["uid"] = uid
+        return json.dumps(review).encode()
+
+    async def run() -> list[bytes]:
+        protocol, transport = connect()
+        writes: list[bytes] = []
+        transport.write = writes.append  # type: ignore[method-assign,assignment]
+        protocol.data_received(post(with_uid("first")) + post(b"[]") + post(with_uid("third")))
+        await asyncio.sleep(0)
+        return writes
+
+    writes = asyncio.run(run())
+    assert len(writes) == 1, writes
+    assert re.findall(rb"HTTP/1\.1 (\d{3}) ", writes[0]) == [b"200", b"400", b"200"]
+    assert re.findall(rb'"uid":"(\w+)"', writes[0]) == [b"first", b"third"]
+
+
+@pytest.mark.parametrize("then", ["400", "431", "end of input", "shutdown", "another route"])
+def test_what_waits_is_written_before_anything_else_on_the_connection(then: str) -> None:
+    """The answer waiting for the Outbox goes out first, whatever else writes or closes the
+    connection in the same pass of the loop."""
+
+    async def run() -> tuple[bytes, bool]:
+        protocol, transport = connect()
+        protocol.data_received(post())
+        if then == "400":
+            protocol.data_received(b"NOT-HTTP \x00\r\n\r\n")
+        elif then == "431":
+            protocol.data_received(b"GET /healthz HTTP/1.1\r\nx: " + b"a" * 70_000)
+        elif then == "end of input":
+            protocol.eof_received()
+        elif then == "shutdown":
+            protocol.shutdown()
+        else:
+            protocol.data_received(HEALTHZ)
+            for _ in range(100):
+                await asyncio.sleep(0)
+        written_now = transport.written
+        await asyncio.sleep(0)
+        assert transport.written == written_now, "nothing was left to write afterwards"
+        return written_now, transport.closing
+
+    written, closing = asyncio.run(run())
+    assert written.startswith(b"HTTP/1.1 200 OK\r\n"), written[:200]
+    answers = written.count(b"HTTP/1.1 ")
+    if then == "end of input":
+        assert answers == 1
+    elif then == "shutdown":
+        assert answers == 1 and closing
+    else:
+        second = written[written.index(b"HTTP/1.1 ", 1):]
+        want = {"400": b"HTTP/1.1 400 ", "431": b"HTTP/1.1 431 ", "another route": b"HTTP/1.1 200 "}
+        assert answers == 2 and second.startswith(want[then]), second[:200]
+        assert closing == (then != "another route")
+
+
+def test_a_connection_lost_drops_what_waits() -> None:
+    async def run() -> FakeTransport:
+        protocol, transport = connect()
+        protocol.data_received(post())
+        protocol.connection_lost(ConnectionResetError())
+        await asyncio.sleep(0)
+        return transport
+
+    assert asyncio.run(run()).written == b""
+
+
+def test_a_closing_answer_is_written_at_once() -> None:
+    async def run() -> tuple[bytes, bool]:
+        protocol, transport = connect()
+        protocol.data_received(post(extra=b"Connection: close\r\n"))
+        return transport.written, transport.closing
+
+    written, closing = asyncio.run(run())
+    assert written.startswith(b"HTTP/1.1 200 OK\r\n") and b"connection: close\r\n" in written
+    assert closing
