@@ -220,3 +220,22 @@ def test_a_closing_answer_is_written_at_once() -> None:
     written, closing = asyncio.run(run())
     assert written.startswith(b"HTTP/1.1 200 OK\r\n") and b"connection: close\r\n" in written
     assert closing
+
+
+def test_a_write_that_fails_costs_only_its_own_connection() -> None:
+    async def run() -> tuple[FakeTransport, FakeTransport]:
+        harness = InProcess()
+        (broken, first), (fine, second) = connect(harness), connect(harness)
+
+        def fail(_data: object) -> None:
+            raise RuntimeError("transport broken")
+
+        first.write = fail  # type: ignore[method-assign,assignment]
+        broken.data_received(post())
+        fine.data_received(post())
+        await asyncio.sleep(0)
+        return first, second
+
+    first, second = asyncio.run(run())
+    assert first.closing
+    assert second.written.startswith(b"HTTP/1.1 200 OK\r\n") and not second.closing

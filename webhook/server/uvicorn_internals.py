@@ -105,7 +105,11 @@ class Outbox:
     def send(self) -> None:
         waiting, self.waiting = self.waiting, []
         for protocol in waiting:
-            protocol.send_unsent()
+            try:
+                protocol.send_unsent()
+            except Exception:  # one broken connection must not keep the others' answers
+                log.exception("writing admission answers failed; connection aborted")
+                protocol.transport.abort()
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
