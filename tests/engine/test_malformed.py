@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import jsonpatch
 import pytest
 
 from tests.support.engine_tables import DEFAULT
@@ -43,3 +45,24 @@ def test_cached_resource_blocks_never_answer_for_junk() -> None:
             mutation = mutate_pod(_resources_pod(request, limit), DEFAULT)
             assert mutation.skipped == "malformed", (request, limit)
     assert mutate_pod(_resources_pod("2Gi", "2Gi"), DEFAULT).patch
+
+
+def _original(pod: dict[str, Any]) -> Any:
+    result = jsonpatch.apply_patch(pod, mutate_pod(pod, DEFAULT).patch)
+    return json.loads(result["metadata"]["annotations"]["swapwise.io/original"])
+
+
+def test_the_recorded_original_is_each_containers_own_text() -> None:
+    """The memory entries as written come from the same cache as the parsed ones: a
+    number is recorded as its own text, a request copied from the limit as the limit's,
+    whichever pod filled the cache first."""
+    for _ in range(2):  # the second pass answers from the cache
+        assert _original(_resources_pod("2Gi", "2Gi")) == {
+            "a": {"request": "2Gi", "limit": "2Gi"}}
+        assert _original(_resources_pod(2147483648, 2147483648)) == {
+            "a": {"request": "2147483648", "limit": "2147483648"}}
+        only_limit = {"spec": {"containers": [
+            {"name": "a", "resources": {"requests": {"cpu": "1"}, "limits": {"memory": "2Gi"}}},
+            {"name": "b", "resources": {"limits": {"memory": "2048Mi"}}}]}}
+        assert _original(only_limit) == {"a": {"request": "2Gi", "limit": "2Gi"},
+                                         "b": {"request": "2048Mi", "limit": "2048Mi"}}

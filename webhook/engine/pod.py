@@ -85,17 +85,30 @@ def _parse_text(value: str) -> Exact:
     return _exact_value(parse_text.__wrapped__(value))
 
 
-# A container's (requests, limits), by the text of their cpu and memory entries. A
-# cluster writes few distinct resource blocks, and every admission parses every
-# container's: a hit is one lookup instead of four quantities. Shared by the containers
-# that read the same text, so never mutated; emptied when full.
-_RESOURCES: dict[tuple[Any, Any, Any, Any], tuple[Resources, Resources]] = {}
+Parsed = tuple[Resources, Resources, dict[str, str]]  # requests, limits, memory as written
+
+# A container's :data:`Parsed`, by the text of its cpu and memory entries. A cluster
+# writes few distinct resource blocks, and every admission parses every container's: a
+# hit is one lookup instead of four quantities. Shared by the containers that read the
+# same text, so never mutated; emptied when full.
+_RESOURCES: dict[tuple[Any, Any, Any, Any], Parsed] = {}
 _RESOURCES_SIZE = 4096
 
 
-def _resources(resources: dict[str, Any], where: tuple[str, int]
-               ) -> tuple[Resources, Resources]:
-    """``resources.requests`` and ``resources.limits``, parsed (see :func:`_quantities`)."""
+def _written(resources: dict[str, Any]) -> dict[str, str]:
+    """The memory request/limit as written; a missing request reads as the limit, as the
+    API server defaults it, so ``preview`` records what the server would."""
+    request = (resources.get("requests") or {}).get("memory")
+    limit = (resources.get("limits") or {}).get("memory")
+    if limit is None:
+        return {} if request is None else {"request": str(request)}
+    written = str(limit)
+    return {"request": written if request is None else str(request), "limit": written}
+
+
+def _resources(resources: dict[str, Any], where: tuple[str, int]) -> Parsed:
+    """``resources.requests`` and ``resources.limits``, parsed (see :func:`_quantities`),
+    and the memory entries as written (for the ``swapwise.io/original`` annotation)."""
     requests, limits = resources.get("requests"), resources.get("limits")
     key = None
     if type(requests) is dict and type(limits) is dict:  # else one is absent (or junk)
@@ -108,13 +121,16 @@ def _resources(resources: dict[str, Any], where: tuple[str, int]
         if parsed is not None:
             return parsed
     parsed = (_quantities(resources, "requests", where),
-              _quantities(resources, "limits", where))
+              _quantities(resources, "limits", where), _written(resources))
     # Only text is cached: 1, 1.0 and True would share a key.
     if key is not None and all(value is None or type(value) is str for value in key):
         if len(_RESOURCES) >= _RESOURCES_SIZE:
             _RESOURCES.clear()
         _RESOURCES[key] = parsed
     return parsed
+
+
+_NO_RESOURCES: Parsed = ({}, {}, {})  # shared, like the cache's entries
 
 
 def _parse_other(raw: Any) -> Exact:
@@ -171,15 +187,18 @@ class ContainerView:
     # Effective request: the API server copies a missing request from the limit.
     memory_request: Exact | None
     memory_limit: Exact | None
+    # The memory request and limit as written (strings); a missing request reads as the
+    # limit. Shared between containers: never mutated.
+    written: dict[str, str]
 
     def __init__(self, path: str, kind: ContainerKind, name: str, raw: dict[str, Any],
-                 requests: Resources, limits: Resources) -> None:
+                 requests: Resources, limits: Resources, written: dict[str, str]) -> None:
         # Still frozen, but built with one dict update rather than the generated
         # __init__'s object.__setattr__ per field: one is built per container per admission.
         limit = limits.get("memory")
         self.__dict__.update(path=path, kind=kind, name=name, raw=raw, requests=requests,
                              limits=limits, memory_request=requests.get("memory", limit),
-                             memory_limit=limit)
+                             memory_limit=limit, written=written)
 
 
 @dataclass(frozen=True, init=False)
@@ -256,10 +275,10 @@ class PodView:
                 kind: ContainerKind = "container"
                 if init:
                     kind = "sidecar" if restart == "Always" else "init"
-                requests, limits = _resources(resources, (field, index)) if resources \
-                    else ({}, {})
+                requests, limits, written = _resources(resources, (field, index)) \
+                    if resources else _NO_RESOURCES
                 append(ContainerView(f"/spec/{field}/{index}", kind, name, container,
-                                     requests, limits))
+                                     requests, limits, written))
         return cls(pod, metadata, spec, labels, annotations, tuple(containers), critical)
 
     def is_critical(self) -> bool:

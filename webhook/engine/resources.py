@@ -59,19 +59,6 @@ def raised_limit(request: int, profile: Profile) -> int:
     return limit
 
 
-def _written(container: ContainerView) -> dict[str, str]:
-    """The memory request/limit as written; a missing request reads as the limit, as the
-    API server defaults it, so ``preview`` records what the server would."""
-    # PodView.parse has checked these are objects (or absent).
-    resources = container.raw.get("resources") or {}
-    request = (resources.get("requests") or {}).get("memory")
-    limit = (resources.get("limits") or {}).get("memory")
-    if limit is None:
-        return {} if request is None else {"request": str(request)}
-    written = str(limit)
-    return {"request": written if request is None else str(request), "limit": written}
-
-
 def _ceil(value: Exact) -> int:
     """Whole bytes, rounded up (values are whole nearly always)."""
     return value if type(value) is int else -(-value.numerator // value.denominator)
@@ -98,7 +85,7 @@ def plan_container(
                 f"{container.name} memory left unchanged: limit {format_bytes(new_limit)} "
                 f"would not be above request {format_bytes(request_bytes)}"
             )
-        return ContainerChange(container, request_bytes, new_limit, False, _written(container),
+        return ContainerChange(container, request_bytes, new_limit, False, container.written,
                                limit_raised=True)
     if limit is not None:
         if request != limit:
@@ -116,7 +103,8 @@ def plan_container(
             f"{container.name} memory left unchanged: request {format_bytes(new_request)} "
             f"would not be below limit {format_bytes(limit_bytes)}"
         )
-    return ContainerChange(container, new_request, limit_bytes, limit_added, _written(container))
+    return ContainerChange(container, new_request, limit_bytes, limit_added,
+                           container.written)
 
 
 def plan_resources(
