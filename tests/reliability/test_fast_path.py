@@ -39,20 +39,26 @@ READS = {
 }
 
 
+def connect(harness: InProcess | None = None) -> tuple[GuardedHttpToolsProtocol, FakeTransport]:
+    """A protocol on the running loop, connected to a fake transport."""
+    config = uvicorn.Config((harness or InProcess()).app, http="httptools", lifespan="off",
+                            log_config=None, proxy_headers=False)
+    config.load()
+    protocol = GuardedHttpToolsProtocol(config=config, server_state=ServerState(),
+                                        app_state={})
+    transport = FakeTransport()
+    protocol.connection_made(transport)
+    return protocol, transport
+
+
 async def exchange(reads: list[bytes], fast: bool, draining: bool
                    ) -> tuple[bytes, bool, bool, bool]:
     harness = InProcess()
     harness.state.draining = draining
-    config = uvicorn.Config(harness.app, http="httptools", lifespan="off", log_config=None,
-                            proxy_headers=False)
-    config.load()
-    server_state = ServerState()
-    protocol = GuardedHttpToolsProtocol(config=config, server_state=server_state,
-                                        app_state={})
+    protocol, transport = connect(harness)
+    server_state = protocol.server_state
     if not fast:
         protocol._admission = None  # every request through uvicorn's ASGI cycle
-    transport = FakeTransport()
-    protocol.connection_made(transport)
     for data in reads:
         protocol.data_received(data)
         for _ in range(1000):
@@ -85,14 +91,9 @@ def test_a_request_after_connection_close_is_not_answered(draining: bool) -> Non
 
 def test_an_admission_takes_no_asgi_cycle() -> None:
     async def run() -> tuple[GuardedHttpToolsProtocol, FakeTransport]:
-        config = uvicorn.Config(InProcess().app, http="httptools", lifespan="off",
-                                log_config=None, proxy_headers=False)
-        config.load()
-        protocol = GuardedHttpToolsProtocol(config=config, server_state=ServerState(),
-                                            app_state={})
-        transport = FakeTransport()
-        protocol.connection_made(transport)
+        protocol, transport = connect()
         protocol.data_received(post())
+        await asyncio.sleep(0)  # the Outbox writes it
         return protocol, transport
 
     protocol, transport = asyncio.run(run())
@@ -112,18 +113,6 @@ def test_a_bug_is_answered_as_uvicorn_answers_it(monkeypatch: pytest.MonkeyPatch
 
 
 # -- the Outbox: keep-alive answers written once every ready connection has been read
-
-
-def connect(harness: InProcess | None = None) -> tuple[GuardedHttpToolsProtocol, FakeTransport]:
-    """A protocol on the running loop, connected to a fake transport."""
-    config = uvicorn.Config((harness or InProcess()).app, http="httptools", lifespan="off",
-                            log_config=None, proxy_headers=False)
-    config.load()
-    protocol = GuardedHttpToolsProtocol(config=config, server_state=ServerState(),
-                                        app_state={})
-    transport = FakeTransport()
-    protocol.connection_made(transport)
-    return protocol, transport
 
 
 def test_answers_wait_until_every_ready_connection_is_read() -> None:
