@@ -4,7 +4,8 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: run test lint unit compat e2e e2e-1.37 control-plane prometheus vpa image node node-e2e demo bench clean
+.PHONY: run test lint unit compat e2e e2e-1.37 e2e-smoke-1.37 control-plane control-plane-1.34 \
+	control-plane-1.37 prometheus vpa image node node-parts node-e2e demo bench clean
 
 # The dev venv runs the newest uvicorn, Starlette and FastAPI pyproject.toml allows, pinned by
 # constraints/newest.txt (as the image does), so the whole suite is the "newest" compat run.
@@ -21,37 +22,54 @@ venv: $(BIN)/.installed
 run: venv
 	$(BIN)/swapwise serve $(ARGS)
 
-## The whole suite: lint, type check, unit/integration tests, e2e against a real control plane
-## on Kubernetes 1.34 with Helm 3, the whole e2e suite again on 1.37 with Helm 4, the chart
-## tests with Helm 4, then the real-node scenarios (a kubelet with swap in a QEMU guest).
-## E2E_LINES: the lines the e2e suite runs on (E2E_LINES=1.37 leaves out the 1.34 run).
-E2E_LINES ?= 1.34 1.37
-test: venv lint control-plane prometheus vpa
-	SWAPWISE_K8S_VERSION=1.34 SWAPWISE_HELM=3 $(BIN)/pytest --ignore=tests/node $(if $(filter 1.34,$(E2E_LINES)),,-m "not e2e")
-	$(if $(filter 1.37,$(E2E_LINES)),$(MAKE) e2e-1.37)
-	SWAPWISE_HELM=4 $(BIN)/pytest -q tests/chart
-	$(MAKE) compat
-	$(MAKE) node-e2e
+## The whole suite, in timed stages (hack/stage: a line per stage, a table at the end): lint;
+## unit and integration tests; the whole e2e suite against a real control plane on Kubernetes
+## 1.34 with Helm 3 (the full line: the real node's line); the e2e smoke on 1.37 with Helm 4;
+## the chart tests with Helm 4; the server tests on the oldest uvicorn; the real-node
+## scenarios (a kubelet with swap in a QEMU guest). Downloads and the 1.37 build run in the
+## background beside stages that leave a core idle (README "How long it takes").
+test: venv
+	@hack/stage --begin
+	@hack/stage lint $(MAKE) --no-print-directory lint
+	@hack/stage --background node-parts $(MAKE) --no-print-directory node-parts
+	@hack/stage build-1.34 $(MAKE) --no-print-directory control-plane-1.34
+	@hack/stage build-tools $(MAKE) --no-print-directory prometheus vpa
+	@hack/stage --background build-1.37 $(MAKE) --no-print-directory control-plane-1.37
+	@hack/stage unit $(MAKE) --no-print-directory unit
+	@hack/stage e2e-1.34 env SWAPWISE_K8S_VERSION=1.34 SWAPWISE_HELM=3 $(MAKE) --no-print-directory e2e
+	@hack/stage --wait build-1.37
+	@hack/stage smoke-1.37 $(MAKE) --no-print-directory e2e-smoke-1.37
+	@hack/stage chart-helm4 env SWAPWISE_HELM=4 $(BIN)/pytest -q -p no:cacheprovider tests/chart
+	@hack/stage compat $(MAKE) --no-print-directory compat
+	@hack/stage --wait node-parts
+	@hack/stage node-e2e $(MAKE) --no-print-directory node-e2e
+	@hack/stage --summary
 
 lint: venv
 	$(BIN)/ruff check webhook tests benchmarks
 	$(BIN)/mypy
 
+## Everything but the e2e and real-node tests: no control plane, a few minutes.
 unit: venv
-	SWAPWISE_SKIP_E2E=1 $(BIN)/pytest -m "not e2e and not node"
+	SWAPWISE_SKIP_E2E=1 $(BIN)/pytest -m "not e2e and not node" --ignore=tests/node
 
-## The server tests (test_server.py, test_routes.py, reliability/) against the oldest uvicorn,
-## Starlette and FastAPI that pyproject.toml allows (constraints/oldest.txt), in a venv of its
-## own under build/compat/. The newest (constraints/newest.txt) are what the dev venv runs
-## every test on.
+## What the oldest uvicorn, Starlette and FastAPI that pyproject.toml allows
+## (constraints/oldest.txt) could break, in a venv of its own under build/compat/: the server
+## over real HTTPS (test_server.py, reliability/), the routes in process (test_routes.py). Left
+## out: the in-process fuzzing and field-type suites (test_fuzz.py, test_pod_field_types.py):
+## volume on the engine, which no web framework touches; test_fuzz_https.py runs the same
+## checks through the oldest server. The newest versions (constraints/newest.txt) are what
+## the dev venv runs every test on.
 COMPAT := build/compat
+COMPAT_TESTS := tests/test_server.py tests/test_routes.py $(filter-out \
+  tests/reliability/test_fuzz.py tests/reliability/test_pod_field_types.py, \
+  $(wildcard tests/reliability/test_*.py))
 compat: venv $(COMPAT)/oldest/.installed
 	@for v in $(VENV) $(COMPAT)/oldest; do \
 	  echo "compat: $$v: $$($$v/bin/python -c 'import fastapi, starlette, uvicorn; \
 	    print("uvicorn", uvicorn.__version__, "starlette", starlette.__version__, "fastapi", fastapi.__version__)')"; \
 	done
-	SWAPWISE_SKIP_E2E=1 $(COMPAT)/oldest/bin/pytest -q -p no:cacheprovider \
-	  tests/test_server.py tests/test_routes.py tests/reliability
+	SWAPWISE_SKIP_E2E=1 $(COMPAT)/oldest/bin/pytest -q -p no:cacheprovider $(COMPAT_TESTS)
 
 $(COMPAT)/%/.installed: pyproject.toml constraints/%.txt
 	$(PYTHON) -m venv $(COMPAT)/$*
@@ -59,18 +77,31 @@ $(COMPAT)/%/.installed: pyproject.toml constraints/%.txt
 	$(COMPAT)/$*/bin/pip install --quiet -c constraints/$*.txt -e '.[test]'
 	touch $@
 
-## The e2e suite on the line SWAPWISE_K8S_VERSION selects (1.34 by default, or 1.37) with the
-## Helm SWAPWISE_HELM selects (3 by default, or 4); e2e-1.37 is the 1.37 line with Helm 4.
-e2e: venv control-plane prometheus vpa
+## The whole e2e suite on the line SWAPWISE_K8S_VERSION selects (1.34 by default, or 1.37)
+## with the Helm SWAPWISE_HELM selects (3 by default, or 4); e2e-1.37 is the whole suite on
+## the 1.37 line with Helm 4 (make test runs only its smoke; run it when a line or Helm
+## changes, and before a release: README "How long it takes").
+E2E_LINE = $(or $(SWAPWISE_K8S_VERSION),1.34)
+e2e: venv control-plane-$(E2E_LINE) prometheus vpa
 	$(BIN)/pytest -m e2e tests/e2e
 
-e2e-1.37: venv control-plane prometheus vpa
+e2e-1.37: venv control-plane-1.37 prometheus vpa
 	SWAPWISE_K8S_VERSION=1.37 SWAPWISE_HELM=4 $(BIN)/pytest -m e2e tests/e2e
 
+## The e2e tests marked smoke (what can differ between lines: admission, the chart with
+## Helm 4, the admission policies, the lines' own differences) on 1.37 with Helm 4.
+e2e-smoke-1.37: venv control-plane-1.37
+	SWAPWISE_K8S_VERSION=1.37 SWAPWISE_HELM=4 $(BIN)/pytest -m "e2e and smoke" tests/e2e
+
 ## Both control planes, 1.34 and 1.37 (etcd and helm4 built once and shared between them),
-## each with helm 3 and helm 4.
-control-plane:
-	tests/e2e/build-control-plane.sh
+## each with helm 3 and helm 4; the 1.34 line also has the real node's kubelet.
+control-plane: control-plane-1.34 control-plane-1.37
+
+control-plane-1.34:
+	tests/e2e/build-control-plane.sh etcd kube-apiserver kube-scheduler kube-controller-manager \
+	  kubectl helm helm4 kubelet
+
+control-plane-1.37:
 	SWAPWISE_K8S_VERSION=1.37 tests/e2e/build-control-plane.sh
 
 ## promtool and prometheus from Go modules (alert rule tests, dashboard queries, a real
@@ -89,10 +120,16 @@ vpa:
 image:
 	hack/build-image.sh $(if $(LOCAL_BASE),--local-base)
 
+## What the real node needs that no Go build of the control plane does (host tools, kernel,
+## Debian roots, the swapwise image): mostly downloads, so make test runs it in the background.
+node-parts:
+	tests/node/build-node.sh --prefetch
+	hack/build-image.sh --local-base
+
 ## The real swap node (kubelet, kernel, Debian root, images), built once and cached; and the
 ## swapwise image it runs in-cluster (built here: the tests run without a network).
 ## SWAPWISE_NODE_GVISOR=1 adds gVisor (runsc and its containerd shim) and its scenario.
-node: control-plane
+node: control-plane-1.34
 	tests/node/build-node.sh
 	if [ "$$SWAPWISE_NODE_GVISOR" = 1 ]; then tests/node/build-gvisor.sh; fi
 	hack/build-image.sh --local-base

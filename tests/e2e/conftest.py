@@ -17,6 +17,7 @@ if str(REPO_ROOT) not in sys.path:  # so `tests.e2e.cluster` imports under plain
     sys.path.insert(0, str(REPO_ROOT))
 
 from tests.e2e.cluster import (  # noqa: E402
+    DEFAULT_LINE,
     SWAP_LABEL,
     ControlPlane,
     ensure_binaries,
@@ -26,6 +27,18 @@ from tests.support.progress import uncaptured  # noqa: E402
 
 SWAP_NODES = ("swap-1", "swap-2")
 PLAIN_NODES = ("plain-1",)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``line(L)`` run only in a session of line L (SWAPWISE_K8S_VERSION): they
+    start that line's API server themselves, so a run over both lines takes them once."""
+    kept, dropped = [], []
+    for item in items:
+        pinned = item.get_closest_marker("line")
+        (dropped if pinned is not None and pinned.args[0] != DEFAULT_LINE else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 @pytest.fixture(scope="session")

@@ -53,7 +53,6 @@ from webhook.policy import Policy, build_policy
 from webhook.profile import Profile
 from webhook.render.admission_policy import render_admission_policies
 
-pytestmark = pytest.mark.e2e
 
 # MutatingAdmissionPolicy is GA (v1) from 1.36; SWAPWISE_AP_LINE=1.34 runs the same test on
 # the default line with the v1beta1 API behind its feature gate.
@@ -63,6 +62,9 @@ APISERVER_ARGS = ([] if API_VERSION == "v1" else [
     "--feature-gates=MutatingAdmissionPolicy=true",
     "--runtime-config=admissionregistration.k8s.io/v1beta1=true"])
 PATH_LABEL = "e2e.swapwise.io/path"  # which of the two paths serves a namespace
+# Its own control plane runs LINE's kube-apiserver whatever the session's line is, so it runs
+# in the session of that line only (the e2e conftest deselects it elsewhere): once per run.
+pytestmark = [pytest.mark.e2e, pytest.mark.smoke, pytest.mark.line(LINE)]
 HYPOTHESIS_PROFILES = int(os.environ.get("SWAPWISE_AP_PROFILES", "8"))
 HYPOTHESIS_PODS = int(os.environ.get("SWAPWISE_AP_PODS", "120"))
 # Fields each create makes up, and who-wrote-what bookkeeping: never compared.

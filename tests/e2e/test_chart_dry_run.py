@@ -15,7 +15,7 @@ import yaml
 from tests.chart.chartlib import Chart, is_crd_kind, server_side_dry_run
 from tests.e2e.cluster import K8S_VERSION, ControlPlane
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.smoke]
 
 VALUES: dict[str, dict[str, Any]] = {
     "defaults": {},

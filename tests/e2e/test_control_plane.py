@@ -26,7 +26,7 @@ from tests.e2e.cluster import (
     bin_dir,
 )
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.smoke]
 
 
 def pod_manifest(name: str, namespace: str, memory: str = "256Mi") -> str:

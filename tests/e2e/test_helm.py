@@ -16,7 +16,7 @@ import pytest
 from tests.e2e.cluster import HELM_MAJOR, ControlPlane
 from tests.e2e.install import RELEASE, Installation
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.smoke]
 
 
 def test_install_and_upgrade_with_the_selected_helm(

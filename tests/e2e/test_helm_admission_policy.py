@@ -33,7 +33,7 @@ from tests.support.progress import uncaptured
 from webhook.engine import mutate_pod
 from webhook.policy import build_policy
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.smoke]
 
 LINE = "1.37"  # MutatingAdmissionPolicy v1 is GA from 1.36
 CHART = Path(__file__).resolve().parents[2] / "charts" / "swapwise"

@@ -28,7 +28,7 @@ import pytest
 from tests.e2e.cluster import DEFAULT_LINE, ControlPlane
 from tests.e2e.install import Installation, container, installed, pod
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.smoke]
 
 PLAIN = "lines-plain"  # no swapwise: the API server alone
 OPTED_IN = "lines-swapwise"

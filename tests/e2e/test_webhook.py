@@ -22,7 +22,7 @@ from tests.e2e.cluster import PROFILE_LABEL, SWAP_LABEL, ControlPlane, wait_for_
 from tests.e2e.install import Installation, container, manifest, pod
 from webhook import certs
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.smoke]
 
 PROFILES = {
     "sandbox": {"swapRatio": 2},

@@ -9,6 +9,9 @@
 # only what depends on it.
 #
 # Usage: tests/node/build-node.sh            build what is missing; prints the artifacts file
+#        tests/node/build-node.sh --prefetch  only what needs no Go build of the control plane
+#                                             (host tools, kernel, Debian root, images): the
+#                                             downloads, which `make test` overlaps with builds
 #   SWAPWISE_NODE_CACHE   cache root (default ~/.cache/swapwise/node)
 #   SWAPWISE_NODE_KERNEL  Debian kernel ABI to use (default: what linux-image-amd64 depends on)
 #   SWAPWISE_GO_CACHE     Go module and build caches (default ~/.cache/swapwise/go; tests/go-env.sh)
@@ -89,6 +92,11 @@ if ! fresh "$idir" "$ikey"; then
   (cd "$repo" && python3 -m tests.node.ociimage "$idir/workload" localhost/swapwise/pause:v1 "$idir/pause.tar" pause >/dev/null \
     && python3 -m tests.node.ociimage "$idir/workload" localhost/swapwise/workload:v1 "$idir/workload.tar" >/dev/null)
   echo "$ikey" > "$idir/.stamp"
+fi
+
+if [[ ${1:-} == --prefetch ]]; then
+  step "prefetched: host tools, kernel $kver, root $rkey, images $ikey"
+  exit 0
 fi
 
 # -- the kubelet: same helper module, ldflags and stamp logic as the control plane
