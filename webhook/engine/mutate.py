@@ -113,10 +113,14 @@ def backing_need(changes: list[ContainerChange], placement: Placement) -> int:
     return max(container_need(change.request, change.limit) for change in changes)
 
 
+# The one warning of a pod that needs backed nodes, around its need (docs/rules.md "Swap
+# backing"); the rendered warning policy builds the same text from these two parts.
+BACKING_WARNING = ("needs nodes whose swap is >= ",
+                   f"\u2030 of their RAM (node label {PERMILLE_LABEL}, from label-nodes)")
+
+
 def backing_warning(need: int) -> str:
-    """The one warning of a pod that needs backed nodes (docs/rules.md "Swap backing")."""
-    return warning(f"needs nodes whose swap is >= {need}\u2030 of their RAM (node label "
-                   f"{PERMILLE_LABEL}, from label-nodes)")
+    return warning(f"{BACKING_WARNING[0]}{need}{BACKING_WARNING[1]}")
 
 
 VPA_SKIPPED = "managed by a VerticalPodAutoscaler (vpaPods: skip)"
