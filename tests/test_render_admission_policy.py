@@ -242,3 +242,18 @@ def test_namespace_override_of_swap_backing_renders_its_own_policy() -> None:
     assert "need" in _variables(mutating["swapwise-p"])
     assert "need" not in _variables(mutating["swapwise-p-ns-legacy"])
 
+
+@pytest.mark.parametrize("count", [0, 1, 16, 17, 18, 40])
+def test_warning_slots_show_every_message_up_to_17_then_count_the_rest(count: int) -> None:
+    """One Warn validation per slot: a slot warns (its message) when its expression is false."""
+    validating = render_admission_policies(default_policy())[2]
+    env = celpy.Environment()
+    msgs = [f"swapwise: m{i}" for i in range(count)]
+    activation = {"variables": celpy.json_to_cel({"msgs": msgs})}
+    shown = []
+    for slot in validating["spec"]["validations"]:
+        if not env.program(env.compile(slot["expression"])).evaluate(activation):
+            shown.append(str(env.program(env.compile(slot["messageExpression"]))
+                             .evaluate(activation)))
+    assert shown == (msgs if count <= 17 else
+                     [*msgs[:16], f"swapwise: {count - 16} more warnings"])

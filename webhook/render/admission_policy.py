@@ -749,9 +749,12 @@ def render_target(
     warn = f"{target_.name}-warn"
     slots = [{"expression": f"variables.msgs.size() <= {i}",
               "messageExpression": f"variables.msgs[{i}]"} for i in range(WARNING_SLOTS)]
-    slots.append({"expression": f"variables.msgs.size() <= {WARNING_SLOTS + 1}",
-                  "messageExpression": f"'swapwise: ' + string(variables.msgs.size() - "
-                                       f"{WARNING_SLOTS}) + ' more warnings'"})
+    # the last slot: a 17th message itself, or how many more there are
+    slots.append({"expression": f"variables.msgs.size() <= {WARNING_SLOTS}",
+                  "messageExpression": f"variables.msgs.size() == {WARNING_SLOTS + 1} ? "
+                                       f"variables.msgs[{WARNING_SLOTS}] : 'swapwise: ' + "
+                                       f"string(variables.msgs.size() - {WARNING_SLOTS}) + "
+                                       "' more warnings'"})
     validating = {
         "apiVersion": f"{group}/v1",
         "kind": "ValidatingAdmissionPolicy",
