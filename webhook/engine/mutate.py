@@ -110,7 +110,12 @@ def backing_need(changes: list[ContainerChange], placement: Placement) -> int:
     (nothing changed, placement not ``required``, or ``swapBacking: off``)."""
     if not changes or placement.mode != "required" or placement.swap_backing != "required":
         return 0
-    return max(container_need(change.request, change.limit) for change in changes)
+    need = 0
+    for change in changes:  # a loop, not max() over a generator: one change nearly always
+        container = container_need(change.request, change.limit)
+        if container > need:
+            need = container
+    return need
 
 
 # The one warning of a pod that needs backed nodes, around its need (docs/rules.md "Swap

@@ -42,8 +42,9 @@ def _earlier(expressions: list[Any], floor: int) -> int | None:
     requires ``Gt floor`` or more, else the index of the first earlier swapwise entry (to
     replace), or -1 (none: add)."""
     first = -1
-    for index, raw in enumerate(expressions):
-        expression = as_dict(raw, "matchExpressions[]")
+    for index, expression in enumerate(expressions):
+        if type(expression) is not dict:  # the call only off the common path
+            expression = as_dict(expression, "matchExpressions[]")
         if expression.get("key") != PERMILLE_LABEL or expression.get("operator") != "Gt":
             continue
         values = expression.get("values")
