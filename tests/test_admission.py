@@ -42,7 +42,8 @@ def new_request(decision: Decision) -> str | None:
 
 # (case, request, profile name, outcome, containers changed, skip reason, warnings)
 CASES: list[tuple[str, dict[str, Any], str, Outcome, int, str | None, int]] = [
-    ("guaranteed pod", request(), "sandbox", "mutated", 1, None, 1),
+    # one warning for the container, one for the pod's swap-backing need
+    ("guaranteed pod", request(), "sandbox", "mutated", 1, None, 2),
     ("placement only: request below limit", request(pod(container(request="1Gi", limit="2Gi"))),
      "sandbox", "mutated", 0, None, 0),
     ("nothing to do: bound pod already eligible",

@@ -45,7 +45,10 @@ def test_preview_pod_yaml() -> None:
     assert "resizePolicy" not in container
     assert result["metadata"]["annotations"]["swapwise.io/profile"] == "default"
     assert out.stderr == ("Warning: Pod/agent-sandbox-7f3c: swapwise: sandbox memory request "
-                          "2Gi -> 683Mi (limit 2Gi)\n")
+                          "2Gi -> 683Mi (limit 2Gi)\n"
+                          "Warning: Pod/agent-sandbox-7f3c: swapwise: needs nodes whose swap is "
+                          ">= 1999\u2030 of their RAM (node label swapwise.io/swap-permille, "
+                          "from label-nodes)\n")
 
 
 def test_preview_all_workload_kinds_from_stdin() -> None:
@@ -77,8 +80,11 @@ def test_preview_all_workload_kinds_from_stdin() -> None:
         placed = "affinity" in spec
         assert placed == (item["kind"] != "DaemonSet"), item["kind"]
     assert items[7:] == docs[7:]
-    assert out.stderr.count("Warning: ") == 7
+    # one per container, and the swap-backing need (3Gi -> 1Gi: 2000) of each placed one
+    assert out.stderr.count("Warning: ") == 13
+    assert out.stderr.count("needs nodes whose swap is >= 2000\u2030") == 6
     assert "Warning: DaemonSet/daemonset: swapwise: app memory request 3Gi -> 1Gi" in out.stderr
+    assert "Warning: DaemonSet/daemonset: swapwise: needs" not in out.stderr
 
 
 def test_preview_list_kind_and_diff() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.engine_tables import backing_warning
 from tests.test_cli import swapwise
 from webhook.hpa import memory_utilisation_metrics, utilisation_warnings
 
@@ -84,6 +85,7 @@ def test_no_warning_when_a_container_has_no_request() -> None:
     assert utilisation_warnings(hpa([memory(UTIL75)]), before, before) == []
 
 
+BACKING = backing_warning(1999)  # 2Gi -> 683Mi
 MANIFEST = [
     deployment(container("app", "2Gi")),
     hpa([memory(UTIL75)]),
@@ -97,12 +99,14 @@ def test_preview_warns_with_the_factor_and_the_fixes() -> None:
     assert out.returncode == 0, out.stderr
     assert out.stderr.splitlines() == [
         "Warning: Deployment/web: swapwise: app memory request 2Gi -> 683Mi (limit 2Gi)",
+        f"Warning: Deployment/web: {BACKING}",
         "Warning: Deployment/web: HorizontalPodAutoscaler/web-hpa scales Deployment/web on "
         "memory utilisation 75% of the pod; swapwise lowers its memory request 2Gi -> 683Mi, "
         "so utilisation rises x3.00 for the same usage and the HPA scales out: switch the "
         "metric to target.type AverageValue, averageValue 1536Mi (the same point), or set "
         "averageUtilization 225",
         "Warning: Deployment/other: swapwise: app memory request 2Gi -> 683Mi (limit 2Gi)",
+        f"Warning: Deployment/other: {BACKING}",
     ]
     # The HPAs pass through untouched.
     assert list(yaml.safe_load_all(out.stdout))[1] == MANIFEST[1]

@@ -75,6 +75,7 @@ def test_default_policy() -> None:
     assert profile.guaranteed_pods == "convert" and profile.resize_policy == "RestartContainer"
     assert profile.placement.mode == "required" and profile.placement.weight == 100
     assert profile.placement.node_selector == (("feature.node.kubernetes.io/memory-swap", "true"),)
+    assert profile.placement.swap_backing == "required"
 
 
 @pytest.mark.parametrize(
@@ -98,6 +99,12 @@ def test_default_policy() -> None:
         ({"placement": {"mode": "always"}}, "profiles.p.placement.mode: Input should be"),
         ({"placement": {"weight": 0}}, "profiles.p.placement.weight: Input should be greater"),
         ({"placement": {"weight": 101}}, "profiles.p.placement.weight: Input should be less"),
+        ({"placement": {"swapBacking": "preferred"}},
+         "profiles.p.placement.swapBacking: Input should be 'required' or 'off'"),
+        ({"placement": {"swapBacking": False}},  # YAML's `off` unquoted is a boolean
+         "profiles.p.placement.swapBacking: false is not 'required' or 'off': YAML reads an "
+         "unquoted off (or no, false) as a boolean; write 'off' in quotes"),
+        ({"placement": {"swapbacking": "off"}}, "profiles.p.placement.swapbacking: unknown field"),
         ({"placement": {"nodeSelector": {"swap": True}}},
          "profiles.p.placement.nodeSelector.swap: Input should be a valid string"),
         ({"placement": {"tolerations": [{"key": "a", "operator": "Maybe"}]}},
@@ -151,6 +158,21 @@ def test_override_merges_placement_fields() -> None:
                            "namespaces": {"a": {"placement": {"mode": "preferred"}}}})
     placement = policy.resolve("p", "a").placement  # type: ignore[union-attr]
     assert placement.mode == "preferred" and placement.weight == 7
+
+
+def test_swap_backing_set_per_profile_and_per_namespace() -> None:
+    policy = parse_policy(
+        "apiVersion: swapwise.io/v1alpha1\nkind: SwapPolicy\nprofiles:\n"
+        "  p: {placement: {swapBacking: 'off'}}\n  q: {}\n"
+        "namespaces:\n  a: {placement: {swapBacking: required}}\n"
+        "  b: {placement: {weight: 5}}\n")
+    backing = {key: profile.placement.swap_backing
+               for key, profile in [*policy.profiles.items(), *policy.overrides.items()]}
+    assert backing == {"p": "off", "q": "required", ("p", "a"): "required",
+                       ("q", "a"): "required", ("p", "b"): "off", ("q", "b"): "required"}
+    errors = errors_of({**HEADER, "profiles": {"p": {}},
+                        "namespaces": {"a": {"placement": {"swapBacking": "no"}}}})
+    assert errors == ["namespaces.a.placement.swapBacking: Input should be 'required' or 'off'"]
 
 
 def test_duplicate_keys_are_refused() -> None:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.support.engine_check import apply
-from tests.support.strategies import pods, profiles
+from tests.support.engine_tables import PERMILLE, REQUIRED
+from tests.support.strategies import pods, profiles, required_affinity
+from webhook.engine.backing import container_need
 from webhook.engine.pod import PodView
 from webhook.engine.resources import raised_limit
 from webhook.profile import Profile
@@ -56,3 +60,63 @@ def test_limit_stays_as_written_for_changed_containers(
             field = change.container.path.split("/")[2]
             written = result["spec"][field][index]["resources"]["limits"]["memory"]
             assert parse_bytes(written) == change.limit
+
+
+def _required_terms(pod: dict[str, Any]) -> list[Any]:
+    affinity = pod["spec"].get("affinity") or {}
+    node = affinity.get("nodeAffinity") or {}
+    return list(((node.get(REQUIRED) or {}).get("nodeSelectorTerms")) or [])
+
+
+def _swapwise_values(term: Any) -> list[int]:
+    """Values of the term's earlier-swapwise-style entries (Gt, one decimal integer)."""
+    out = []
+    for e in (term or {}).get("matchExpressions") or []:
+        values = e.get("values") or []
+        if e.get("key") == PERMILLE and e.get("operator") == "Gt" and len(values) == 1 \
+                and values[0].isascii() and values[0].isdigit():
+            out.append(int(values[0]))
+    return out
+
+
+@settings(max_examples=1000, deadline=None)
+@given(pod=pods(), profile=profiles(), affinity=st.one_of(st.none(), required_affinity),
+       required=st.booleans())
+def test_swap_backing(pod: dict[str, Any], profile: Profile, affinity: dict[str, Any] | None,
+                      required: bool) -> None:
+    """docs/rules.md "Swap backing": every required term ends up requiring at least the
+    pod's need, with one swapwise entry at most added per term and none stacked."""
+    if affinity is not None:  # own required terms, on the swap-permille key too, more often
+        pod["spec"]["affinity"] = affinity
+    if required:
+        profile = dataclasses.replace(profile, placement=dataclasses.replace(
+            profile.placement, mode="required"))
+    result, mutation = apply(pod, profile)
+    need = max((container_need(c.request, c.limit) for c in mutation.changes), default=0)
+    warned = [w for w in mutation.warnings if "needs nodes whose swap" in w]
+    applies = (need > 0 and profile.placement.mode == "required"
+               and profile.placement.swap_backing == "required")
+    spec = pod["spec"]
+    owned = any(o.get("kind") == "DaemonSet" for o in pod["metadata"].get("ownerReferences", []))
+    if applies and not spec.get("nodeName") and not owned and "resources" not in spec:
+        assert warned, "a reshaped pod with required placement must need backed nodes"
+    if not warned:
+        assert [_swapwise_values(t) for t in _required_terms(result)][:len(
+            _required_terms(pod))] == [_swapwise_values(t) for t in _required_terms(pod)]
+        return
+    assert applies and warned == [w for w in warned if f">= {need}\u2030 " in w]
+    assert len(warned) == 1
+    before = _required_terms(pod)
+    after = _required_terms(result)
+    assert after and (len(after) == len(before) or not before)
+    for index, term in enumerate(after):
+        values = _swapwise_values(term)
+        assert values and max(values) >= need - 1, term
+        earlier = _swapwise_values(before[index]) if before else []
+        assert len(values) == max(len(earlier), 1), (before[index] if before else None, term)
+        if earlier and max(earlier) >= need - 1:  # implied already: left alone
+            assert _on_key(term) == _on_key(before[index])
+
+
+def _on_key(term: Any) -> list[Any]:
+    return [e for e in (term or {}).get("matchExpressions") or [] if e.get("key") == PERMILLE]

@@ -6,20 +6,26 @@ What the CEL computes is proven against the webhook on a real API server
 
 from __future__ import annotations
 
+import json
+import random
 import subprocess
 from pathlib import Path
 from typing import Any
 
+import celpy
 import pytest
 import yaml
 
 from tests.support.server_proc import SWAPWISE
+from webhook.engine.backing import PERMILLE_LABEL, container_need
+from webhook.engine.mutate import backing_warning
 from webhook.policy import build_policy, default_policy
 from webhook.render.admission_policy import (
     Unrenderable,
     fmt,
     helm_values,
     lit,
+    need_cel,
     render_admission_policies,
 )
 
@@ -166,3 +172,88 @@ def test_cli_helm_values_refuses_like_the_plain_form(tmp_path: Path) -> None:
     assert "profiles.x.maxLimitRequestRatio" in out.stderr
     bad = swapwise("render", "admission-policy", "--format", "json")
     assert bad.returncode == 2 and "invalid choice" in bad.stderr
+
+
+# --------------------------------------------------------------------------- swap backing
+
+INT64 = 2**63 - 1
+
+
+def _need_pairs() -> list[tuple[int, int]]:
+    """(request, limit) pairs at the edges of int64 and of the rounding, and a spread."""
+    pairs = [(1, 2), (1, 1001), (3, 10), (1000, 1001), (1001, 1002), (683 * 2**20, 2**31),
+             (86 * 2**20, 256 * 2**20), (2**20, 1000 * 2**20),
+             # 1000 x excess beyond int64; a double's quotient rounds up to a whole number
+             (2690150177416675328, 7 * 2**60), (INT64 - 1, INT64), (2**62, INT64),
+             (2**53 + 1, 2**54), (9223372036854775, INT64), (9223372036854776, INT64),
+             (INT64 // 3, INT64), (INT64 // 1001, INT64 // 1001 * 1001 + 1)]
+    rng = random.Random(25)
+    for _ in range(150):
+        limit = rng.choice([rng.randint(2, 2**30), rng.randint(2, 2**50), rng.randint(2, INT64)])
+        low = max(1, limit // rng.choice([2, 3, 10, 1000, 10**6]))
+        pairs.append((rng.randint(low, limit - 1) if limit > low else 1, limit))
+    return pairs
+
+
+def test_need_in_cel_is_the_engines_for_every_int64() -> None:
+    """CEL's ints are 64-bit and overflow is an error (celpy checks it like cel-go does):
+    the rendered need must equal container_need's, with no intermediate overflow."""
+    env = celpy.Environment()
+    program = env.program(env.compile(need_cel("r", "l")))
+    wrong = []
+    for request, limit in _need_pairs():
+        try:
+            got: Any = int(program.evaluate({"r": celpy.celtypes.IntType(request),
+                                             "l": celpy.celtypes.IntType(limit)}))
+        except celpy.CELEvalError as exc:
+            got = exc
+        if got != container_need(request, limit):
+            wrong.append((request, limit, got, container_need(request, limit)))
+    assert wrong == []
+
+
+def _variables(obj: dict[str, Any]) -> dict[str, str]:
+    return {v["name"]: v["expression"] for v in obj["spec"]["variables"]}
+
+
+@pytest.mark.parametrize(
+    ("placement", "backed"),
+    [({}, True), ({"nodeSelector": {}}, True), ({"swapBacking": "off"}, False),
+     ({"mode": "preferred"}, False), ({"mode": "none"}, False)],
+)
+def test_backing_is_rendered_only_with_required_placement(
+    placement: dict[str, Any], backed: bool
+) -> None:
+    mutating, _, validating, _ = render_admission_policies(policy({"p": {"placement":
+                                                                           placement}}))
+    assert ("need" in _variables(mutating)) is backed
+    assert (PERMILLE_LABEL in json.dumps(mutating)) is backed
+    assert ("backingNeed" in _variables(validating)) is backed
+    before, _, after = backing_warning(1977).removeprefix("swapwise: ").partition("1977")
+    assert (json.dumps(before) in _variables(validating)["msgs"]) is backed
+    assert (json.dumps(after) in _variables(validating)["msgs"]) is backed
+
+
+def test_namespace_override_of_swap_backing_renders_its_own_policy() -> None:
+    objects = render_admission_policies(policy(
+        {"p": {}}, {"legacy": {"placement": {"swapBacking": "off"}}}))
+    mutating = {o["metadata"]["name"]: o for o in objects
+                if o["kind"] == "MutatingAdmissionPolicy"}
+    assert "need" in _variables(mutating["swapwise-p"])
+    assert "need" not in _variables(mutating["swapwise-p-ns-legacy"])
+
+
+@pytest.mark.parametrize("count", [0, 1, 16, 17, 18, 40])
+def test_warning_slots_show_every_message_up_to_17_then_count_the_rest(count: int) -> None:
+    """One Warn validation per slot: a slot warns (its message) when its expression is false."""
+    validating = render_admission_policies(default_policy())[2]
+    env = celpy.Environment()
+    msgs = [f"swapwise: m{i}" for i in range(count)]
+    activation = {"variables": celpy.json_to_cel({"msgs": msgs})}
+    shown = []
+    for slot in validating["spec"]["validations"]:
+        if not env.program(env.compile(slot["expression"])).evaluate(activation):
+            shown.append(str(env.program(env.compile(slot["messageExpression"]))
+                             .evaluate(activation)))
+    assert shown == (msgs if count <= 17 else
+                     [*msgs[:16], f"swapwise: {count - 16} more warnings"])

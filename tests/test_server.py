@@ -69,7 +69,14 @@ def test_mutates_guaranteed_pod(client: httpx.Client) -> None:
     result = patched(p, response)
     assert result["spec"]["containers"][0]["resources"]["requests"]["memory"] == "683Mi"
     assert result["metadata"]["annotations"]["swapwise.io/profile"] == "sandbox"
-    assert response["warnings"] == ["swapwise: app memory request 2Gi -> 683Mi (limit 2Gi)"]
+    assert response["warnings"] == [
+        "swapwise: app memory request 2Gi -> 683Mi (limit 2Gi)",
+        "swapwise: needs nodes whose swap is >= 1999\u2030 of their RAM (node label "
+        "swapwise.io/swap-permille, from label-nodes)"]
+    terms = result["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms[0]["matchExpressions"][-1] == {
+        "key": "swapwise.io/swap-permille", "operator": "Gt", "values": ["1998"]}
 
 
 def test_profiles_and_namespace_overrides(client: httpx.Client) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.support.engine_check import apply
-from tests.support.engine_tables import profile
+from tests.support.engine_tables import backing_warning, profile
 from tests.support.pods import container, guaranteed, pod
 from webhook.cli.plan import plan
 from webhook.cli.preview import preview
@@ -113,7 +113,8 @@ def test_a_vpa_that_sets_only_cpu_does_not_stop_reshaping() -> None:
                    "vpaUpdates": UPDATED + "container 0: cpu request, cpu limit"}
     result, mutation = apply(pod(guaranteed("2Gi"), annotations=annotations), SKIP)
     assert memory(result) == ("683Mi", "2Gi")
-    assert mutation.warnings == ["swapwise: app memory request 2Gi -> 683Mi (limit 2Gi)"]
+    assert mutation.warnings == ["swapwise: app memory request 2Gi -> 683Mi (limit 2Gi)",
+                                 backing_warning(1999)]
 
 
 def test_other_skip_rules_come_first() -> None:
@@ -130,7 +131,8 @@ def test_raise_limit_keeps_the_vpa_request_and_raises_the_limit() -> None:
     assert memory(result) == ("1Gi", "3Gi")
     assert not any(op["path"].endswith("/requests/memory") for op in mutation.patch)
     assert mutation.warnings == [
-        "swapwise: app memory limit 1Gi -> 3Gi (request 1Gi kept: a VerticalPodAutoscaler sets it)"]
+        "swapwise: app memory limit 1Gi -> 3Gi (request 1Gi kept: a VerticalPodAutoscaler sets it)",
+        backing_warning(2000)]  # the raised limit counts: 1000 x 2Gi / 1Gi
     annotations = result["metadata"]["annotations"]
     assert json.loads(annotations["swapwise.io/original"]) == {
         "app": {"request": "1Gi", "limit": "1Gi"}}
@@ -192,7 +194,8 @@ def test_raise_limit_reshapes_what_the_vpa_does_not_manage_as_usual() -> None:
     assert memory(result, 0, "initContainers") == ("100Mi", "300Mi")
     assert memory(result, 0) == ("1Gi", "3Gi")
     assert memory(result, 1) == ("86Mi", "256Mi")
-    assert len(mutation.warnings) == 3
+    # three containers changed; the pod needs 2000 (setup and app), log only 1977
+    assert len(mutation.warnings) == 4 and mutation.warnings[-1] == backing_warning(2000)
 
 
 def test_skip_skips_the_whole_pod_when_one_container_is_vpa_managed() -> None:
@@ -279,7 +282,8 @@ def test_preview_raise_limit_and_no_vpa_annotations_in_the_output() -> None:
     assert set(template["metadata"]["annotations"]) == {"swapwise.io/profile",
                                                         "swapwise.io/original"}
     assert warnings == ["Warning: Deployment/web: swapwise: app memory limit 2Gi -> 6Gi "
-                        "(request 2Gi kept: a VerticalPodAutoscaler sets it)"]
+                        "(request 2Gi kept: a VerticalPodAutoscaler sets it)",
+                        f"Warning: Deployment/web: {backing_warning(2000)}"]
 
 
 @pytest.mark.parametrize("documents", [
@@ -292,7 +296,7 @@ def test_preview_reshapes_when_no_vpa_sets_the_memory(documents: list[dict[str, 
     after, warnings = previewed(documents, {})
     assert memory(after["spec"]["template"]) == ("683Mi", "2Gi")
     assert warnings == ["Warning: Deployment/web: swapwise: app memory request 2Gi -> 683Mi "
-                        "(limit 2Gi)"]
+                        "(limit 2Gi)", f"Warning: Deployment/web: {backing_warning(1999)}"]
 
 
 def test_as_admitted_writes_what_the_vpa_admission_controller_writes() -> None:

@@ -20,6 +20,7 @@ import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StrictFloat,
@@ -60,6 +61,13 @@ def _positive_quantity(value: str | int) -> str | int:
         raise ValueError(str(exc)) from None
     if parsed <= 0:
         raise ValueError(f"{value!r} must be greater than zero")
+    return value
+
+
+def _not_a_yaml_boolean(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError(f"{str(value).lower()} is not 'required' or 'off': YAML reads an "
+                         "unquoted off (or no, false) as a boolean; write 'off' in quotes")
     return value
 
 
@@ -118,6 +126,10 @@ class PlacementSpec(_Strict):
     nodeSelector: dict[str, str] = Field(default_factory=lambda: {SWAP_LABEL: "true"})
     weight: Annotated[StrictInt, Field(ge=1, le=100)] = 100
     tolerations: list[TolerationSpec] = Field(default_factory=list)
+    # With mode: required, also require nodes whose swap backs the changed containers
+    # (label swapwise.io/swap-permille, written by `swapwise label-nodes`); no effect otherwise.
+    swapBacking: Annotated[Literal["required", "off"],
+                           BeforeValidator(_not_a_yaml_boolean)] = "required"
 
 
 class ProfileSpec(_Strict):
@@ -205,6 +217,7 @@ def compile_profile(name: str, spec: ProfileSpec) -> Profile:
             node_selector=tuple(placement.nodeSelector.items()),
             weight=placement.weight,
             tolerations=tuple(t.model_dump(exclude_none=True) for t in placement.tolerations),
+            swap_backing=placement.swapBacking,
         ),
     )
 

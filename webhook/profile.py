@@ -15,6 +15,7 @@ PlacementMode = Literal["required", "preferred", "none"]
 GuaranteedPods = Literal["convert", "skip"]
 VpaPods = Literal["skip", "raiseLimit"]
 ResizePolicy = Literal["RestartContainer", "keep"]
+SwapBacking = Literal["required", "off"]
 
 SWAP_LABEL = "feature.node.kubernetes.io/memory-swap"
 
@@ -53,6 +54,9 @@ class Placement:
     node_selector: tuple[tuple[str, str], ...] = ((SWAP_LABEL, "true"),)
     weight: int = 100
     tolerations: tuple[dict[str, Any], ...] = ()
+    # With mode "required": also require nodes whose swap share backs the pod's changed
+    # containers (node label swapwise.io/swap-permille; docs/rules.md "Swap backing").
+    swap_backing: SwapBacking = "required"
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ FULL_PROFILE = {
         "nodeSelector": {"feature.node.kubernetes.io/memory-swap": "true"},
         "weight": 100,
         "tolerations": [{"key": "swap", "operator": "Exists", "effect": "NoSchedule"}],
+        "swapBacking": "required",
     },
 }
 
@@ -36,11 +37,14 @@ CASES: dict[str, dict[str, Any]] = {
     "defaults": {},
     "spec-example": {
         "profiles": {"default": None, "sandbox": FULL_PROFILE},
-        "namespaces": {"team-a": {"requestRatio": 0.25}},
+        "namespaces": {"team-a": {"requestRatio": 0.25},
+                       "legacy": {"placement": {"swapBacking": "off"}}},
     },
     "three": {
         "profiles": {
-            "default": {"requestRatio": 0.33, "minRequest": 16777216},
+            # "off" must stay a string in the ConfigMap (bare off is YAML's false)
+            "default": {"requestRatio": 0.33, "minRequest": 16777216,
+                        "placement": {"swapBacking": "off"}},
             "batch": {
                 "guaranteedPods": "skip",
                 "resizePolicy": "keep",

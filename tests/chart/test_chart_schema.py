@@ -43,7 +43,8 @@ def test_schema_is_draft_07() -> None:
         "placement",
     }
     placement = schema["definitions"]["profile"]["properties"]["placement"]
-    assert set(placement["properties"]) == {"mode", "nodeSelector", "weight", "tolerations"}
+    assert set(placement["properties"]) == {"mode", "nodeSelector", "weight", "tolerations",
+                                            "swapBacking"}
 
 
 LINT_CASES: dict[str, dict[str, Any] | None] = {
@@ -105,6 +106,10 @@ REJECTED: dict[str, tuple[dict[str, Any], list[str]]] = {
         [f"{PROFILE_PATH}/placement/mode", "'required', 'preferred', 'none'"],
     ),
     "placement.weight": (_profile(placement={"weight": 101}), [f"{PROFILE_PATH}/placement/weight"]),
+    "placement.swapBacking": (
+        _profile(placement={"swapBacking": "preferred"}),
+        [f"{PROFILE_PATH}/placement/swapBacking", "'required', 'off'"],
+    ),
     "placement typo": (
         _profile(placement={"nodeSelectors": {}}),
         [f"{PROFILE_PATH}/placement", "'nodeSelectors' not allowed"],

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from webhook.engine.backing import PERMILLE_LABEL, node_permille
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:  # so `tests.e2e.cluster` imports under plain `pytest` too
     sys.path.insert(0, str(REPO_ROOT))
@@ -53,13 +55,14 @@ def control_plane(pytestconfig: pytest.Config) -> Iterator[ControlPlane]:
 
 @pytest.fixture(scope="session")
 def standard_nodes(control_plane: ControlPlane) -> dict[str, list[str]]:
-    """Two swap nodes (NFD label, 16Gi RAM + 32Gi swap) and one node without swap."""
+    """Two swap nodes (NFD label, 16Gi RAM + 32Gi swap, and the swap per-mille label-nodes
+    writes: 2000) and one node without swap."""
     for name in SWAP_NODES:
         control_plane.create_node(
             name,
             memory="16Gi",
             cpu="8",
-            labels={SWAP_LABEL: "true"},
+            labels={SWAP_LABEL: "true", PERMILLE_LABEL: str(node_permille(32 << 30, 16 << 30))},
             swap_capacity=32 * 1024**3,
         )
     for name in PLAIN_NODES:

@@ -19,6 +19,7 @@ from tests.e2e.cluster import (
     wait_for_mutation,
 )
 from tests.e2e.install import REPO_ROOT, Installation
+from webhook.engine.backing import PERMILLE_LABEL
 
 EXAMPLE = REPO_ROOT / "examples" / "sandbox-pod.yaml"
 
@@ -31,7 +32,9 @@ def main() -> None:
         ensure_binaries()
     ) as cp:
         print("== control plane up: kube-apiserver", cp.server)
-        cp.create_node("swap-1", "32Gi", "8", {SWAP_LABEL: "true"}, swap_capacity=64 << 30)
+        # labelled as `swapwise label-nodes` labels it: swap 2 x RAM is 2000 per mille
+        cp.create_node("swap-1", "32Gi", "8", {SWAP_LABEL: "true", PERMILLE_LABEL: "2000"},
+                       swap_capacity=64 << 30)
         cp.create_node("plain-1", "32Gi", "8")
         install = Installation(cp, Path(tmp), {"sandbox": {"swapRatio": 2}})
         install.upgrade()

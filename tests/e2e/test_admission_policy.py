@@ -164,6 +164,14 @@ WARN_PREFIX = re.compile(r"Validation failed for ValidatingAdmissionPolicy '[^']
                          r"binding '[^']+': ")
 
 
+def _ordered(warnings: list[str]) -> list[str]:
+    """swapwise's warnings in their order, then the API server's own (field warnings such as
+    `fractional byte value` for quantities beyond 8 PiB) sorted: those come before a Warn
+    policy's but after a webhook's."""
+    ours = [w for w in warnings if w.startswith("swapwise: ")]
+    return ours + sorted(w for w in warnings if not w.startswith("swapwise: "))
+
+
 def _create_all(cp: ControlPlane, objects: list[dict[str, Any]]) -> None:
     """POST each admission object (kubectl apply of ~100 large CEL objects is far slower)."""
     for obj in objects:
@@ -297,8 +305,8 @@ def test_rendered_policies_store_the_same_pods_as_the_webhook(
                                                      _pod(case, name))
                 results[path] = _stored(status, body)
                 warned[path] = warnings if status == 201 else []
-            expected = [w for w in warned["webhook"] if not NOT_REPEATED.fullmatch(w)]
-            given = [WARN_PREFIX.sub("", w, count=1) for w in warned["policy"]]
+            expected = _ordered([w for w in warned["webhook"] if not NOT_REPEATED.fullmatch(w)])
+            given = _ordered([WARN_PREFIX.sub("", w, count=1) for w in warned["policy"]])
             # The Warn policy reads its "before" from swapwise.io/original: a pod that came
             # with one (a second pass, a copy) is warned as if this admission changed it.
             annotated = ORIGINAL in json.dumps(case.pod.get("metadata") or {})
@@ -341,7 +349,10 @@ def test_warning_policy_explains_the_change(cluster: ControlPlane) -> None:
         return out.stderr if want in out.stderr else None
 
     stderr = cluster.wait_for(warned, 60, what="the Warn policy's message")
-    assert stderr.count("swapwise:") == 1, stderr
+    # and the pod's swap-backing need (1000 x (2048 - 683) / 683, rounded up), once each
+    assert ("swapwise: needs nodes whose swap is >= 1999\u2030 of their RAM (node label "
+            "swapwise.io/swap-permille, from label-nodes)") in stderr
+    assert stderr.count("swapwise:") == 2, stderr
 
 
 def test_namespace_override_gets_its_own_policy(cluster: ControlPlane) -> None:

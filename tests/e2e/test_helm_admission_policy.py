@@ -163,7 +163,9 @@ def test_helm_install_in_admission_policy_mode_reshapes_pods_without_a_server(
     # kubectl create --dry-run=server explains the change: the Warn policy's message.
     _, stderr = create(cluster, "sandboxes", pod("dry"), "--dry-run=server")
     assert WARNING in stderr, stderr
-    assert stderr.count("swapwise:") == 1, stderr
+    assert ("swapwise: needs nodes whose swap is >= 1999\u2030 of their RAM (node label "
+            "swapwise.io/swap-permille, from label-nodes)") in stderr  # and the pod's need
+    assert stderr.count("swapwise:") == 2, stderr
 
     # Stored: what the engine gives for the pod as the API server had it before mutation
     # (the same pod, stored in a namespace that did not opt in).
@@ -187,7 +189,9 @@ def test_helm_install_in_admission_policy_mode_reshapes_pods_without_a_server(
     assert terms == [{"matchExpressions": [
         {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a"]},
         {"key": "feature.node.kubernetes.io/memory-swap", "operator": "In",
-         "values": ["true"]}]}]
+         "values": ["true"]},
+        # swap backing: 1000 x (2048 - 683) / 683 = 1998.5 -> 1999 per mille
+        {"key": "swapwise.io/swap-permille", "operator": "Gt", "values": ["1998"]}]}]
     assert {"key": "swap", "operator": "Exists", "effect": "NoSchedule"} in stored["spec"][
         "tolerations"]
     assert stored["status"]["qosClass"] == "Burstable"

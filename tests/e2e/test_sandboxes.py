@@ -27,6 +27,7 @@ from tests.e2e.cluster import (
     wait_for_mutation,
 )
 from tests.e2e.install import Installation, container, installed, manifest, pod
+from webhook.engine.backing import PERMILLE_LABEL, node_permille
 
 pytestmark = pytest.mark.e2e
 
@@ -49,6 +50,8 @@ RUNTIME_CLASS: dict[str, Any] = {
 PROFILES = {"sandbox": {"swapRatio": 2}}
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 SWAP_EXPR = {"key": SWAP_LABEL, "operator": "In", "values": ["true"]}
+# 2Gi -> 683Mi needs 1999 per mille (docs/rules.md "Swap backing"); the node has 2000
+BACKED = {"key": PERMILLE_LABEL, "operator": "Gt", "values": ["1998"]}
 
 
 def sandbox(name: str, namespace: str) -> dict[str, Any]:
@@ -71,7 +74,8 @@ def gvisor_node(control_plane: ControlPlane) -> str:
         NODE,
         memory="28Gi",
         cpu="8",
-        labels={SWAP_LABEL: "true", RUNTIME_LABEL: "gvisor"},
+        labels={SWAP_LABEL: "true", RUNTIME_LABEL: "gvisor",
+                PERMILLE_LABEL: str(node_permille(56 << 30, 28 << 30))},  # as label-nodes does
         swap_capacity=56 * 1024**3,
     )
     control_plane.kubectl("taint", "node", NODE, f"{RUNTIME_LABEL}=gvisor:NoSchedule")
@@ -105,7 +109,7 @@ def test_pod_with_overhead_is_stored_reshaped_with_its_overhead_intact(
     assert got["status"]["qosClass"] == "Burstable"
     # swapwise's placement and the RuntimeClass's scheduling, side by side.
     assert spec["affinity"]["nodeAffinity"][REQUIRED]["nodeSelectorTerms"] == [
-        {"matchExpressions": [SWAP_EXPR]}
+        {"matchExpressions": [SWAP_EXPR, BACKED]}
     ]
     assert spec["nodeSelector"] == {RUNTIME_LABEL: "gvisor"}
     assert RUNTIME_CLASS["scheduling"]["tolerations"][0] in spec["tolerations"]

@@ -38,6 +38,7 @@ from tests.e2e.cluster import ControlPlane, wait_for
 from tests.e2e.vpa import UPDATER_INTERVAL, Vpa, set_recommendation, vpa_object
 from tests.e2e.vpa import ensure_binaries as ensure_vpa_binaries
 from tests.support.progress import uncaptured
+from webhook.engine.mutate import backing_warning
 from webhook.quantity import parse_quantity
 
 pytestmark = pytest.mark.e2e
@@ -60,14 +61,16 @@ RECOMMENDED = {"target": {"cpu": "500m", "memory": "1Gi"},
                "lower": {"cpu": "250m", "memory": "768Mi"},
                "upper": {"cpu": "1", "memory": "1536Mi"}}
 RESHAPED = "swapwise: app memory request 2Gi -> 683Mi (limit 2Gi)"
+# the swap-backing need of the first pass (2Gi -> 683Mi) and of a raised limit (1Gi -> 3Gi)
+BACKED_1999 = backing_warning(1999)
 WARNINGS = {
-    "early-skip": [RESHAPED, "swapwise: VerticalPodAutoscaler ran after swapwise reshaped this "
-                   "pod; its memory requests are the VPA's (docs/vpa.md)"],
-    "early-raise": [RESHAPED],
+    "early-skip": [RESHAPED, BACKED_1999, "swapwise: VerticalPodAutoscaler ran after swapwise "
+                   "reshaped this pod; its memory requests are the VPA's (docs/vpa.md)"],
+    "early-raise": [RESHAPED, BACKED_1999],
     "late-skip": ["swapwise: pod left unchanged: a VerticalPodAutoscaler manages its memory "
                   "(vpaPods: skip)"],
     "late-raise": ["swapwise: app memory limit 1Gi -> 3Gi (request 1Gi kept: a "
-                   "VerticalPodAutoscaler sets it)"],
+                   "VerticalPodAutoscaler sets it)", backing_warning(2000)],
 }
 # The VPA keeps the limit/request ratio of the pod it sees: after swapwise's 2Gi -> 683Mi.
 EARLY_LIMIT = 2 * GI * GI // (683 * MI)

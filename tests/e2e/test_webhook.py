@@ -21,6 +21,7 @@ import pytest
 from tests.e2e.cluster import PROFILE_LABEL, SWAP_LABEL, ControlPlane, wait_for_mutation
 from tests.e2e.install import Installation, container, manifest, pod
 from webhook import certs
+from webhook.engine.backing import PERMILLE_LABEL
 
 pytestmark = [pytest.mark.e2e, pytest.mark.smoke]
 
@@ -30,6 +31,11 @@ PROFILES = {
 }
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 SWAP_EXPR = {"key": SWAP_LABEL, "operator": "In", "values": ["true"]}
+
+
+def backed(need: int) -> dict[str, Any]:
+    """The swap-backing expression of a pod that needs ``need`` per mille."""
+    return {"key": PERMILLE_LABEL, "operator": "Gt", "values": [str(need - 1)]}
 
 
 @pytest.fixture(scope="module")
@@ -80,8 +86,10 @@ def test_dry_run_server_shows_the_reshaped_pod_and_warnings(
     assert result["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "100m"
     assert result["metadata"]["annotations"][PROFILE_LABEL] == "sandbox"
     terms = result["spec"]["affinity"]["nodeAffinity"][REQUIRED]["nodeSelectorTerms"]
-    assert terms == [{"matchExpressions": [SWAP_EXPR]}]
+    assert terms == [{"matchExpressions": [SWAP_EXPR, backed(1999)]}]
     assert "Warning: swapwise: app memory request 2Gi -> 683Mi (limit 2Gi)" in out.stderr
+    assert ("Warning: swapwise: needs nodes whose swap is >= 1999\u2030 of their RAM (node "
+            "label swapwise.io/swap-permille, from label-nodes)") in out.stderr
     missing = control_plane.kubectl("get", "pod", "preview", "-n", "sandboxes", check=False)
     assert missing.returncode != 0 and "NotFound" in missing.stderr
 
@@ -275,7 +283,7 @@ def test_existing_node_affinity_gets_the_swap_expression_in_every_term(
     control_plane.apply(json.dumps(p))
     got = stored(control_plane, "affine", "sandboxes")
     for term in got["spec"]["affinity"]["nodeAffinity"][REQUIRED]["nodeSelectorTerms"]:
-        assert term["matchExpressions"][-1] == SWAP_EXPR
+        assert term["matchExpressions"][-2:] == [SWAP_EXPR, backed(1999)]
     # The plain node is still named by the first term, but can no longer be chosen.
     assert bound_node(control_plane, "affine", "sandboxes") in standard_nodes["swap"]
 
@@ -425,7 +433,8 @@ def test_reinvocation_with_a_second_webhook_gives_a_stable_correct_pod(
         "injected": {"request": "256Mi", "limit": "256Mi"},
     }
     terms = got["spec"]["affinity"]["nodeAffinity"][REQUIRED]["nodeSelectorTerms"]
-    assert terms == [{"matchExpressions": [SWAP_EXPR]}]  # placed once
+    # placed once; the second pass's need (injected: 1977) is below the first's, kept
+    assert terms == [{"matchExpressions": [SWAP_EXPR, backed(1999)]}]
 
 
 # 7 -------------------------------------------------------------------------------------
@@ -496,7 +505,7 @@ def test_density_headline(control_plane: ControlPlane, swapwise: Installation) -
         "density-1",
         memory="28Gi",
         cpu="8",
-        labels={SWAP_LABEL: "true", "density": "true"},
+        labels={SWAP_LABEL: "true", "density": "true", PERMILLE_LABEL: "2000"},  # 56Gi / 28Gi
         swap_capacity=56 * 1024**3,
     )
     control_plane.kubectl("taint", "node", "density-1", "density=true:NoSchedule")

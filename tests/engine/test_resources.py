@@ -8,32 +8,41 @@ from typing import Any
 import pytest
 
 from tests.support.engine_check import apply
-from tests.support.engine_tables import DEFAULT, SWAP_EXPR, memory, profile, terms
+from tests.support.engine_tables import (
+    DEFAULT,
+    SWAP_EXPR,
+    backed,
+    backing_warning,
+    memory,
+    profile,
+    terms,
+)
 from tests.support.pods import container, guaranteed, pod
 from webhook.engine import mutate_pod
 
 
 @pytest.mark.parametrize(
-    ("limit", "expected"),
+    ("limit", "expected", "need"),  # need: ceil(1000 x (limit - request) ÷ request)
     [
-        ("2Gi", "683Mi"),  # 2048/3 = 682.67 -> ceilMi
-        ("2G", "636Mi"),  # 2e9/3 bytes = 635.78Mi
-        ("2e9", "636Mi"),
-        ("2000000000", "636Mi"),
-        ("1.5Gi", "512Mi"),
-        ("1536Mi", "512Mi"),
-        ("3Gi", "1Gi"),  # canonical: whole GiB
-        ("32Mi", "16Mi"),  # minRequest wins over 11Mi
-        ("4Gi", "1366Mi"),
+        ("2Gi", "683Mi", 1999),  # 2048/3 = 682.67 -> ceilMi
+        ("2G", "636Mi", 1999),  # 2e9/3 bytes = 635.78Mi
+        ("2e9", "636Mi", 1999),
+        ("2000000000", "636Mi", 1999),
+        ("1.5Gi", "512Mi", 2000),  # exactly twice the request above it
+        ("1536Mi", "512Mi", 2000),
+        ("3Gi", "1Gi", 2000),  # canonical: whole GiB
+        ("32Mi", "16Mi", 1000),  # minRequest wins over 11Mi
+        ("4Gi", "1366Mi", 1999),
     ],
 )
-def test_guaranteed_request_becomes_target(limit: str, expected: str) -> None:
+def test_guaranteed_request_becomes_target(limit: str, expected: str, need: int) -> None:
     result, mutation = apply(pod(container(request=limit, limit=limit)), DEFAULT)
     assert memory(result) == {"request": expected, "limit": limit}
     assert result["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "100m"
     assert result["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "100m"
     expected_warning = f"swapwise: app memory request {limit} -> {expected} (limit {limit})"
-    assert mutation.warnings == [expected_warning]
+    assert mutation.warnings == [expected_warning, backing_warning(need)]
+    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, backed(need)]}]
 
 
 def test_limit_only_arrives_as_guaranteed_and_gets_a_request() -> None:
@@ -78,7 +87,8 @@ def test_default_limit_gives_limit_and_target_request() -> None:
     assert memory(result) == {"request": "683Mi", "limit": "2Gi"}
     original = json.loads(result["metadata"]["annotations"]["swapwise.io/original"])
     assert original == {"app": {}}
-    assert mutation.warnings == ["swapwise: app memory limit 2Gi (defaultLimit), request 683Mi"]
+    assert mutation.warnings == ["swapwise: app memory limit 2Gi (defaultLimit), request 683Mi",
+                                 backing_warning(1999)]
 
 
 def test_default_limit_keeps_cpu() -> None:
@@ -135,6 +145,9 @@ def test_multi_container_changes_only_guaranteed_ones_with_one_warning_each() ->
             guaranteed("3Gi", name="c"))
     result, mutation = apply(p, DEFAULT)
     assert [memory(result, i)["request"] for i in range(3)] == ["342Mi", "100Mi", "1Gi"]
-    assert len(mutation.warnings) == 2
+    # One per changed container, and the pod's backing: a (1Gi -> 342Mi) needs 1995‰ and
+    # c (3Gi -> 1Gi) 2000‰; b, left as it came, needs 9240‰ but is not counted.
+    assert mutation.warnings[2:] == [backing_warning(2000)] and len(mutation.warnings) == 3
+    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, backed(2000)]}]
     assert json.loads(result["metadata"]["annotations"]["swapwise.io/original"]) == {
         "a": {"request": "1Gi", "limit": "1Gi"}, "c": {"request": "3Gi", "limit": "3Gi"}}

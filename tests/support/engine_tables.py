@@ -12,6 +12,21 @@ SWAP = "feature.node.kubernetes.io/memory-swap"
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 SWAP_EXPR = {"key": SWAP, "operator": "In", "values": ["true"]}
+PERMILLE = "swapwise.io/swap-permille"
+
+
+def backed(need: int) -> dict[str, Any]:
+    """The swap-backing expression of a pod whose changed containers need ``need``‰."""
+    return {"key": PERMILLE, "operator": "Gt", "values": [str(need - 1)]}
+
+
+def backing_warning(need: int) -> str:
+    return (f"swapwise: needs nodes whose swap is >= {need}\u2030 of their RAM "
+            f"(node label {PERMILLE}, from label-nodes)")
+
+
+# A 2Gi Guaranteed container under DEFAULT: request 683Mi, 1000 x 1365 / 683 = 1998.5...
+BACKED_2GI = backed(1999)
 
 
 def profile(**fields: Any) -> Profile:

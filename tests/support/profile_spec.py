@@ -60,6 +60,7 @@ def profile_fields(profile: Profile) -> dict[str, Any]:
         "nodeSelector": dict(placement.node_selector),
         "weight": placement.weight,
         "tolerations": [dict(t) for t in placement.tolerations],
+        "swapBacking": placement.swap_backing,
     }
     back = compile_profile(profile.name, ProfileSpec.model_validate(fields))
     if back != profile:

@@ -56,21 +56,41 @@ def container(draw: st.DrawFn, name: str, init: bool = False) -> dict[str, Any]:
     return result
 
 
-expression = st.fixed_dictionaries({
-    "key": st.sampled_from(["zone", SWAP, "pool"]),
-    "operator": st.just("In"),
-    "values": st.lists(st.sampled_from(["a", "b", "true"]), min_size=1, max_size=2),
-})
+PERMILLE = "swapwise.io/swap-permille"
+
+expression = st.one_of(
+    st.fixed_dictionaries({
+        "key": st.sampled_from(["zone", SWAP, "pool"]),
+        "operator": st.just("In"),
+        "values": st.lists(st.sampled_from(["a", "b", "true"]), min_size=1, max_size=2),
+    }),
+    # the swap-backing key: earlier swapwise entries below, at and above a pod's need, and
+    # entries that are the user's (another operator)
+    st.fixed_dictionaries({
+        "key": st.just(PERMILLE),
+        "operator": st.just("Gt"),
+        "values": st.sampled_from(["0", "999", "1998", "1999", "2000", "0002000", "99999"])
+        .map(lambda v: [v]),
+    }),
+    st.fixed_dictionaries({
+        "key": st.just(PERMILLE),
+        "operator": st.sampled_from(["In", "NotIn", "Lt"]),
+        "values": st.sampled_from([["1500"], ["5000"]]),
+    }),
+)
+
+required_affinity = st.builds(
+    lambda terms: {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": terms}}},
+    st.lists(st.one_of(
+        st.builds(lambda e: {"matchExpressions": e}, st.lists(expression, max_size=3)),
+        st.just({"matchFields": [{"key": "metadata.name", "operator": "In",
+                                  "values": ["n1"]}]}),
+    ), min_size=1, max_size=3))
 
 affinity = st.one_of(
     st.none(),
-    st.builds(lambda terms: {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": terms}}},
-        st.lists(st.one_of(
-            st.builds(lambda e: {"matchExpressions": e}, st.lists(expression, max_size=3)),
-            st.just({"matchFields": [{"key": "metadata.name", "operator": "In",
-                                      "values": ["n1"]}]}),
-        ), min_size=1, max_size=3)),
+    required_affinity,
     st.builds(lambda e: {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
         {"weight": 10, "preference": {"matchExpressions": e}}]}}, st.lists(expression, max_size=2)),
     st.just({"podAntiAffinity": {}}),
@@ -143,8 +163,13 @@ def profiles(draw: st.DrawFn) -> Profile:
         "mode": draw(st.sampled_from(["required", "preferred", "none"])),
         "tolerations": draw(st.lists(toleration, max_size=2, unique_by=str)),
     }
-    if draw(st.booleans()):
+    if draw(st.integers(0, 4)) == 0:
+        fields["placement"]["swapBacking"] = "off"
+    selector = draw(st.integers(0, 5))
+    if selector < 2:
         fields["placement"]["nodeSelector"] = {SWAP: "true", "pool": "swap"}
+    elif selector == 2:
+        fields["placement"]["nodeSelector"] = {}
     policy = build_policy({"apiVersion": "swapwise.io/v1alpha1", "kind": "SwapPolicy",
                            "profiles": {"prop": fields}})
     return policy.profiles["prop"]

@@ -1,14 +1,14 @@
 """Swap backing: the arithmetic that says whether a node's swap covers a container.
 
-The kubelet (LimitedSwap) grants a container ``swap.max = request × swap capacity ÷ memory
-capacity``. A container is *backed* on a node when that share is at least ``limit −
+The kubelet (LimitedSwap) grants a container ``swap.max = request x swap capacity ÷ memory
+capacity``. A container is *backed* on a node when that share is at least ``limit -
 request``: everything above its request can then go to swap, and the node's RAM only has
 to hold the requests the scheduler already counts.
 
 Both sides are whole numbers in per-mille, so the scheduler can compare them with a plain
-``Gt`` node-affinity expression: the node's share is ``floor(1000 × swap ÷ memory)`` (the
+``Gt`` node-affinity expression: the node's share is ``floor(1000 x swap ÷ memory)`` (the
 ``swapwise.io/swap-permille`` label ``label-nodes`` writes), a container's need is
-``ceil(1000 × (limit − request) ÷ request)``. Rounding each the safe way keeps the test
+``ceil(1000 x (limit - request) ÷ request)``. Rounding each the safe way keeps the test
 sound: ``permille ≥ need`` implies the exact inequality.
 
 One home for the label's name and both roundings: the engine, ``label-nodes``, ``plan``,
@@ -23,7 +23,7 @@ PERMILLE_LABEL = "swapwise.io/swap-permille"
 
 
 def node_permille(swap_bytes: int, memory_bytes: int) -> int:
-    """The label value of a node: floor(1000 × swap capacity ÷ memory capacity); 0 when
+    """The label value of a node: floor(1000 x swap capacity ÷ memory capacity); 0 when
     either is not positive."""
     if swap_bytes <= 0 or memory_bytes <= 0:
         return 0
@@ -31,7 +31,7 @@ def node_permille(swap_bytes: int, memory_bytes: int) -> int:
 
 
 def container_need(request: int, limit: int) -> int:
-    """ceil(1000 × (limit − request) ÷ request): the per-mille of its request a container
+    """ceil(1000 x (limit - request) ÷ request): the per-mille of its request a container
     needs as swap so that all of its memory above the request fits there (0 when the limit
     is not above the request)."""
     if request <= 0:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.engine.annotations import annotation_ops
+from webhook.engine.backing import PERMILLE_LABEL, container_need
 from webhook.engine.placement import placement_ops
 from webhook.engine.pod import (
     PROFILE_ANNOTATION,
@@ -27,7 +28,7 @@ from webhook.engine.resize import resize_ops
 from webhook.engine.resources import ContainerChange, plan_resources, resource_ops
 from webhook.engine.vpa import vpa_memory_containers
 from webhook.engine.warnings import warning
-from webhook.profile import Profile
+from webhook.profile import Placement, Profile
 
 
 @dataclass(frozen=True, init=False)
@@ -103,6 +104,30 @@ def uses_swap(view: PodView, changes: list[ContainerChange]) -> bool:
     return False
 
 
+def backing_need(changes: list[ContainerChange], placement: Placement) -> int:
+    """The swap-backing need (‰) of a pod this pass reshapes: the largest over the changed
+    containers of ceil(1000 x (limit - request) ÷ request); 0 when backing does not apply
+    (nothing changed, placement not ``required``, or ``swapBacking: off``)."""
+    if not changes or placement.mode != "required" or placement.swap_backing != "required":
+        return 0
+    need = 0
+    for change in changes:  # a loop, not max() over a generator: one change nearly always
+        container = container_need(change.request, change.limit)
+        if container > need:
+            need = container
+    return need
+
+
+# The one warning of a pod that needs backed nodes, around its need (docs/rules.md "Swap
+# backing"); the rendered warning policy builds the same text from these two parts.
+BACKING_WARNING = ("needs nodes whose swap is >= ",
+                   f"\u2030 of their RAM (node label {PERMILLE_LABEL}, from label-nodes)")
+
+
+def backing_warning(need: int) -> str:
+    return warning(f"{BACKING_WARNING[0]}{need}{BACKING_WARNING[1]}")
+
+
 VPA_SKIPPED = "managed by a VerticalPodAutoscaler (vpaPods: skip)"
 
 
@@ -139,7 +164,10 @@ def mutate_pod(
         if daemonset is None:
             daemonset = view.owned_by_daemonset()
         if not view.spec.get("nodeName") and not daemonset and uses_swap(view, changes):
-            patch += placement_ops(view, profile.placement)
+            need = backing_need(changes, profile.placement)
+            patch += placement_ops(view, profile.placement, need)
+            if need:
+                warnings.append(backing_warning(need))
         if patch:
             ops, annotation_warnings = annotation_ops(view, profile.name, changes)
             patch += ops

@@ -3,18 +3,62 @@
 Required node affinity terms are ORed by the scheduler, so the swap expression has to
 be added to *every* term; adding it to one would let the pod land on a node without
 swap through another term.
+
+Swap backing (docs/rules.md "Swap backing") rides on the same terms: a pod whose changed
+containers need ``need``‰ of their request as swap gets ``swapwise.io/swap-permille Gt
+need-1`` in every required term, after the swap-label expressions. In a term, an entry on
+that key with operator ``Gt`` and one decimal-integer value is an *earlier swapwise entry*:
+one whose value is already ≥ need-1 leaves the term alone (it implies ours); otherwise the
+first one is replaced rather than a second one stacked. Any other entry on the key (another
+operator, a value that is not a decimal integer) is the user's: kept, ours ANDed to it.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+from webhook.engine.backing import PERMILLE_LABEL
 from webhook.engine.pod import PodView, as_dict, as_list
 from webhook.engine.pointer import PatchOp, add, replace
 from webhook.profile import Placement
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+_DIGITS = re.compile(r"[0-9]+")
+# Needs are far below 10^18 (a renderable profile bounds them by 1000 / requestRatio), so an
+# earlier entry with more significant digits always implies ours; comparing only up to 18
+# digits keeps int() cheap and is what the rendered CEL (int64) can do exactly too.
+MAX_DIGITS = 18
+
+
+def backing_expression(need: int) -> dict[str, Any]:
+    """The match expression a pod of ``need`` (‰, ≥ 1) gets: the node's share ≥ need."""
+    return {"key": PERMILLE_LABEL, "operator": "Gt", "values": [str(need - 1)]}
+
+
+def _earlier(expressions: list[Any], floor: int) -> int | None:
+    """Where the backing entry of a term goes: None when an earlier swapwise entry already
+    requires ``Gt floor`` or more, else the index of the first earlier swapwise entry (to
+    replace), or -1 (none: add)."""
+    first = -1
+    for index, expression in enumerate(expressions):
+        if type(expression) is not dict:  # the call only off the common path
+            expression = as_dict(expression, "matchExpressions[]")
+        if expression.get("key") != PERMILLE_LABEL or expression.get("operator") != "Gt":
+            continue
+        values = expression.get("values")
+        if type(values) is not list or len(values) != 1:
+            continue
+        value = values[0]
+        if type(value) is not str or not _DIGITS.fullmatch(value):
+            continue
+        significant = value.lstrip("0")
+        if len(significant) > MAX_DIGITS or int(significant or "0") >= floor:
+            return None
+        if first < 0:
+            first = index
+    return first
 
 
 def _expressions(placement: Placement) -> list[dict[str, Any]]:
@@ -33,13 +77,17 @@ def _has(expressions: list[Any], wanted: dict[str, Any]) -> bool:
     return False
 
 
-def _required_ops(spec: dict[str, Any], wanted: list[dict[str, Any]]) -> list[PatchOp]:
+def _required_ops(
+    spec: dict[str, Any], wanted: list[dict[str, Any]], need: int
+) -> list[PatchOp]:
+    """``wanted`` into every required term, and the backing entry when ``need`` (‰) > 0."""
     affinity = as_dict(spec.get("affinity"), "spec.affinity")
     node_affinity = as_dict(affinity.get("nodeAffinity"), "spec.affinity.nodeAffinity")
     required = as_dict(node_affinity.get(REQUIRED), REQUIRED)
     terms = as_list(required.get("nodeSelectorTerms"), "nodeSelectorTerms")
+    backing = backing_expression(need) if need > 0 else None
     if not terms:  # one term, created with whatever objects are missing on the way
-        value: Any = [{"matchExpressions": wanted}]
+        value: Any = [{"matchExpressions": wanted if backing is None else [*wanted, backing]}]
         if required:
             return [add(f"/spec/affinity/nodeAffinity/{REQUIRED}/nodeSelectorTerms", value)]
         value = {"nodeSelectorTerms": value}
@@ -55,14 +103,22 @@ def _required_ops(spec: dict[str, Any], wanted: list[dict[str, Any]]) -> list[Pa
         term = as_dict(raw, "nodeSelectorTerms[]")
         existing = as_list(term.get("matchExpressions"), "matchExpressions")
         missing = [e for e in wanted if not _has(existing, e)]
-        if not missing:
+        slot = None
+        if backing is not None:
+            slot = _earlier(existing, need - 1)
+            if slot is not None and slot < 0:  # no earlier swapwise entry: ours is added
+                missing.append(backing)
+                slot = None
+        if not missing and slot is None:
             continue
         if raw is None:  # a null term reads as empty; it has no members to add to
             ops.append(replace(f"{base}/{index}", {"matchExpressions": missing}))
         elif existing:
             ops.extend(add(f"{base}/{index}/matchExpressions/-", e) for e in missing)
-        else:
+        elif missing:
             ops.append(add(f"{base}/{index}/matchExpressions", missing))
+        if slot is not None:  # an earlier, weaker swapwise entry: replaced, not stacked
+            ops.append(replace(f"{base}/{index}/matchExpressions/{slot}", backing))
     return ops
 
 
@@ -120,14 +176,18 @@ def _toleration_ops(spec: dict[str, Any], placement: Placement) -> list[PatchOp]
     return [add("/spec/tolerations", missing)]
 
 
-def placement_ops(view: PodView, placement: Placement) -> list[PatchOp]:
-    """Affinity and tolerations for a pod that will be able to use swap."""
+def placement_ops(view: PodView, placement: Placement, need: int = 0) -> list[PatchOp]:
+    """Affinity and tolerations for a pod that will be able to use swap.
+
+    ``need``: the pod's swap-backing need in ‰ (0: no backing entry), with ``required``.
+    """
     if placement.mode == "none":
         return []
     ops: list[PatchOp] = []
     wanted = _expressions(placement)
-    if wanted and placement.mode == "required":
-        ops.extend(_required_ops(view.spec, wanted))
+    if placement.mode == "required":
+        if wanted or need > 0:
+            ops.extend(_required_ops(view.spec, wanted, need))
     elif wanted:
         ops.extend(_preferred_ops(view.spec, wanted, placement.weight))
     ops.extend(_toleration_ops(view.spec, placement))

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from webhook.engine.placement import PREFERRED, REQUIRED
+from webhook.engine.backing import PERMILLE_LABEL, container_need
+from webhook.engine.mutate import BACKING_WARNING
+from webhook.engine.placement import MAX_DIGITS, PREFERRED, REQUIRED, backing_expression
 from webhook.engine.pod import (
     CRITICAL_CLASSES,
     CRITICAL_PRIORITY,
@@ -118,6 +120,30 @@ def floor_mi(x: str, ratio: Fraction) -> str:
     return f"((({x}) / {d}) * {n} + ((({x}) % {d}) * {n}) / {d}) * {MI}"
 
 
+def need_cel(r: str, lim: str) -> str:
+    """CEL twin of :func:`webhook.engine.backing.container_need` for the int expressions
+    ``r`` (request, > 0) and ``lim`` (limit, > request), exact for every pair of int64s.
+
+    ceil(1000 * (lim - r) / r) with e = lim - r = a*r + b is 1000*a + k, k = ceil(1000*b / r)
+    in [0, 1000]. 1000*b overflows int64 once r passes 8 PiB, so k is not computed by
+    division: it is the first of a few candidates around a double estimate (off by less than
+    one) for which k*r >= 1000*b, tested as ``b - k*(r/1000) <= k*(r%1000)/1000`` where no
+    product exceeds r; 1000 always passes. 1000*a cannot overflow for a renderable profile
+    (a < 1/requestRatio < 2^42). ``[v].map(x, ...)[0]`` binds a value (CEL has no let).
+    """
+    test = "b - k * (x[0] / 1000) <= k * (x[0] % 1000) / 1000"
+    k = (f"[int(1000.0 * double(b) / double(x[0]))].map(y, ([y - 1, y, y + 1, y + 2]"
+         f".filter(k, k >= 1 && k <= 1000 && {test}) + [1000])[0])[0]")
+    return (f"[[{r}, {lim} - {r}]].map(x, 1000 * (x[1] / x[0]) + "
+            f"[x[1] % x[0]].map(b, b == 0 ? 0 : {k})[0])[0]")
+
+
+# nodeSelectorTerms is the one list the pod's JSON tags give no omitempty: a NodeSelector
+# without terms reaches CEL as null, which .orValue([]) keeps (and .size() then fails on).
+REQUIRED_TERMS = (f"[object.spec.?affinity.?nodeAffinity.?{REQUIRED}.?nodeSelectorTerms"
+                  ".orValue([])].map(ts, type(ts) == list ? ts : [])[0]")
+
+
 def positive(s: str) -> str:
     return f"quantity({s}).compareTo(quantity('0')) > 0"
 
@@ -205,6 +231,9 @@ class _Cel:
 
     def __init__(self, profile: Profile) -> None:
         self.p = profile
+        placement = profile.placement
+        # docs/rules.md "Swap backing": only with required placement, unless turned off
+        self.backing = placement.mode == "required" and placement.swap_backing == "required"
 
     def target(self, limit: str) -> str:
         p = self.p
@@ -235,8 +264,7 @@ class _Cel:
             ("not-too-large",
              f"object.spec.?initContainers.orValue([]).size() + object.spec.containers.size()"
              f" <= {MAX_CONTAINERS} && object.spec.?tolerations.orValue([]).size() <= {MAX_ITEMS}"
-             f" && object.spec.?affinity.?nodeAffinity.?{REQUIRED}.?nodeSelectorTerms"
-             f".orValue([]).size() <= {MAX_ITEMS}"),
+             f" && {REQUIRED_TERMS}.size() <= {MAX_ITEMS}"),
         ]
         if p.pod_selector is not None:
             conditions.append(("pod-selector", selector_condition(p.pod_selector)))
@@ -313,13 +341,23 @@ class _Cel:
             ("anyChg", "!variables.vpaSkip && (variables.initChg.exists(b, b) || "
                        "variables.appChg.exists(b, b))"),
             ("anyElig", "variables.initElig.exists(b, b) || variables.appElig.exists(b, b)"),
+            # placement is added (and the warning policy, on the mutated pod, finds it was)
+            ("placement",
+             "!variables.vpaSkip && object.spec.?nodeName.orValue('') == '' && "
+             "!object.metadata.?ownerReferences.orValue([]).exists(o, o.kind == 'DaemonSet')"
+             f" && ({POD_LEVEL} ? !({POD_GUARANTEED}) && !({POD_BEST_EFFORT}) && "
+             "variables.anyElig : variables.anyChg || variables.anyElig)"),
         ]
         return out
 
-    def warning_messages(self) -> str:
-        """CEL list of the webhook's per-container warnings, read off the mutated pod."""
+    def warning_variables(self) -> list[tuple[str, str]]:
+        """The warning policy's own variables, ending with ``msgs``: the webhook's warnings
+        (one per container it changed or left unchanged, and the pod's swap-backing need),
+        read off the mutated pod. What this admission changed is what
+        ``swapwise.io/original`` records and the pod no longer has."""
         p = self.p
         orig = f"object.metadata.?annotations[?{q(ORIGINAL_ANNOTATION)}].orValue('')"
+        out: list[tuple[str, str]] = []
         parts = []
         for kind, items, _ in KINDS:
             v = f"variables.{kind}"
@@ -346,16 +384,31 @@ class _Cel:
                 f"left unchanged: limit ' + {fmt(f'{v}New[i]')} + ' would not be above request "
                 f"' + {fmt(limit_b)} : ''"
             )
-            parts.append(f"{items}.transformList(i, c, ({changed}) != '' ? ({changed}) : "
+            out.append((f"{kind}Msg", f"{items}.transformList(i, c, {changed})"))
+            parts.append(f"{items}.transformList(i, c, {v}Msg[i] != '' ? {v}Msg[i] : "
                          f"({unchanged}))")
+            if self.backing:  # the need of each container changed, from its pod values now
+                out.append((
+                    f"{kind}Did",
+                    f"{items}.transformList(i, c, {v}Msg[i] == '' || {v}Req[i] == '' ? 0 : "
+                    f"[{to_bytes(f'{v}Req[i]')}].map(r, r > 0 && r < {v}LimB[i] ? "
+                    f"{need_cel('r', f'{v}LimB[i]')} : 0)[0])"))
+        if self.backing:
+            out.append(("backingNeed", "variables.placement ? "
+                                       "([0] + variables.initDid + variables.appDid).max() : 0"))
+            before, after = BACKING_WARNING
+            parts.append(f"[variables.backingNeed > 0 ? {q(before)} + "
+                         f"string(variables.backingNeed) + {q(after)} : '']")
         vpa = ("[variables.vpaSkip ? (" + q(PROFILE_ANNOTATION) + " in object.metadata.?"
                "annotations.orValue({}) ? 'VerticalPodAutoscaler ran after swapwise reshaped "
                "this pod; its memory requests are the VPA\\'s (docs/vpa.md)' : 'pod left "
                "unchanged: a VerticalPodAutoscaler manages its memory (vpaPods: skip)') : '']")
         every = f"({vpa} + (variables.vpaSkip ? [] : {' + '.join(parts)}))"
         limit = MAX_WARNING
-        return (f"{every}.filter(m, m != '').map(m, 'swapwise: ' + m)"
-                f".map(m, m.size() > {limit} ? m.substring(0, {limit - 3}) + '...' : m)")
+        out.append(("msgs", f"{every}.filter(m, m != '').map(m, 'swapwise: ' + m)"
+                            f".map(m, m.size() > {limit} ? m.substring(0, {limit - 3}) + '...'"
+                            " : m)"))
+        return out
 
     # -- the patch
 
@@ -444,35 +497,8 @@ class _Cel:
             return (f"!{expressions}.exists(e, e.key == {q(w['key'])} && e.operator == 'In' && "
                     f"e.?values.orValue([]) == {lit(w['values'])})")
 
-        if wanted and placement.mode == "required":
-            terms = f"{node_affinity}.?{REQUIRED}.?nodeSelectorTerms.orValue([])"
-            new_terms = [{"matchExpressions": wanted}]
-            required = {REQUIRED: {"nodeSelectorTerms": new_terms}}
-            chain = (
-                f"!({affinity_set}) ? "
-                f"[{op('add', q('/spec/affinity'), lit({'nodeAffinity': required}))}]"
-                f" : !({node_affinity_set}) ? [{op('add', q(base), lit(required))}]"
-                f" : !{node_affinity}.?{REQUIRED}.?nodeSelectorTerms.hasValue() ? "
-                f"[{op('add', q(base + '/' + REQUIRED), lit({'nodeSelectorTerms': new_terms}))}]"
-                f" : [{op('add', q(base + '/' + REQUIRED + '/nodeSelectorTerms'), lit(new_terms))}]"
-            )
-            term_path = f"'{base}/{REQUIRED}/nodeSelectorTerms/' + string(j)"
-            existing = "t.?matchExpressions.orValue([])"
-            per_term = []
-            for k, w in enumerate(wanted):
-                if k == 0:  # a term without expressions gets all of them at once
-                    per_term.append(
-                        f"{terms}.transformList(j, t, {existing}.size() == 0 || "
-                        f"{lacks(existing, w)}, {existing}.size() == 0 ? "
-                        f"{op('add', term_path + ' + ' + q('/matchExpressions'), lit(wanted))} : "
-                        f"{op('add', term_path + ' + ' + q('/matchExpressions/-'), lit(w))})")
-                else:
-                    per_term.append(
-                        f"{terms}.transformList(j, t, {existing}.size() > 0 && "
-                        f"{lacks(existing, w)}, "
-                        f"{op('add', term_path + ' + ' + q('/matchExpressions/-'), lit(w))})")
-            # CEL: a ternary in a then-branch needs parentheses
-            out.append(f"({terms}.size() == 0 ? ({chain}) : {' + '.join(per_term)})")
+        if placement.mode == "required" and (wanted or self.backing):
+            out.append(self._required_ops(wanted, lacks))
         elif wanted:
             terms = f"{node_affinity}.?{PREFERRED}.orValue([])"
             entry = {"weight": placement.weight, "preference": {"matchExpressions": wanted}}
@@ -496,14 +522,93 @@ class _Cel:
                        f"{' + '.join(each)})")
         return out
 
+    def need_variables(self) -> list[tuple[str, str]]:
+        """The pod's swap-backing need (‰): the largest over the containers this pass
+        changes, 0 when none does or backing does not apply (engine/mutate.py)."""
+        if not self.backing:
+            return []
+        p = self.p
+        out: list[tuple[str, str]] = []
+        default = 0
+        if p.default_limit is not None:
+            request = target(p.default_limit, p)
+            default = container_need(request, p.default_limit) if request < p.default_limit \
+                else 0
+        for kind, _, _ in KINDS:
+            v = f"variables.{kind}"
+            out.append((
+                f"{kind}Need",
+                f"{v}Mode.transformList(i, m, !{v}Chg[i] ? 0 : m == 'target' ? "
+                f"{need_cel(f'{v}New[i]', f'{v}LimB[i]')} : m == 'default' ? {default} : "
+                f"{need_cel(f'{v}LimB[i]', f'{v}New[i]')})"))
+        out.append(("need", "variables.placement && variables.anyChg ? "
+                            "([0] + variables.initNeed + variables.appNeed).max() : 0"))
+        return out
+
+    def _required_ops(self, wanted: list[dict[str, Any]], lacks: Any) -> str:
+        """``wanted`` and the swap-backing entry into every required term (engine/placement.py
+        ``_required_ops``; the ops come in another order, to the same pod)."""
+        affinity = "object.spec.?affinity"
+        affinity_set = " || ".join(f"{affinity}.?{f}.hasValue()"
+                                   for f in ("nodeAffinity", "podAffinity", "podAntiAffinity"))
+        node_affinity = f"{affinity}.?nodeAffinity"
+        node_affinity_set = (f"{node_affinity}.?{REQUIRED}.hasValue() || "
+                             f"{node_affinity}.?{PREFERRED}.hasValue()")
+        base = "/spec/affinity/nodeAffinity"
+        terms = REQUIRED_TERMS
+        expressions = lit(wanted)
+        backing = ""
+        if self.backing:
+            sample = backing_expression(1)
+            backing = ("{" + ", ".join(f"{q(k)}: dyn({lit(v)})" for k, v in sample.items()
+                                       if k != "values")
+                       + ", 'values': dyn([dyn(string(variables.need - 1))])}")
+            expressions = f"({expressions} + (variables.need > 0 ? [dyn({backing})] : []))"
+        new_terms = f"[dyn({{{q('matchExpressions')}: dyn({expressions})}})]"
+        required = f"{{{q(REQUIRED)}: dyn({{{q('nodeSelectorTerms')}: dyn({new_terms})}})}}"
+        def member(key: str, value: str) -> str:
+            return f"{{{q(key)}: dyn({value})}}"
+
+        chain = (
+            f"!({affinity_set}) ? "
+            f"[{op('add', q('/spec/affinity'), member('nodeAffinity', required))}]"
+            f" : !({node_affinity_set}) ? [{op('add', q(base), required)}]"
+            f" : !{node_affinity}.?{REQUIRED}.?nodeSelectorTerms.hasValue() ? "
+            f"[{op('add', q(base + '/' + REQUIRED), member('nodeSelectorTerms', new_terms))}]"
+            f" : [{op('add', q(base + '/' + REQUIRED + '/nodeSelectorTerms'), new_terms)}]"
+        )
+        term_path = f"'{base}/{REQUIRED}/nodeSelectorTerms/' + string(j)"
+        existing = "t.?matchExpressions.orValue([])"
+        # a term without expressions gets all of them at once
+        per_term = [f"{terms}.transformList(j, t, {existing}.size() == 0, "
+                    f"{op('add', term_path + ' + ' + q('/matchExpressions'), expressions)})"]
+        per_term += [f"{terms}.transformList(j, t, {existing}.size() > 0 && "
+                     f"{lacks(existing, w)}, "
+                     f"{op('add', term_path + ' + ' + q('/matchExpressions/-'), lit(w))})"
+                     for w in wanted]
+        if self.backing:
+            # an earlier swapwise entry: Gt with one decimal-integer value; it implies ours
+            # when its value is >= need - 1 (more than MAX_DIGITS significant digits: always)
+            ours = (f"e.key == {q(PERMILLE_LABEL)} && e.operator == 'Gt' && "
+                    "e.?values.orValue([]).size() == 1 && e.values[0].matches('^[0-9]+$')")
+            implied = (f"{existing}.exists(e, {ours} && (e.values[0].matches("
+                       f"'^0*[0-9]{{1,{MAX_DIGITS}}}$') ? int(e.values[0]) >= "
+                       "variables.need - 1 : true))")
+            first = f"{existing}.transformList(n, e, {ours}, n)"
+            replace = op("replace", f"{term_path} + '/matchExpressions/' + string({first}[0])",
+                         backing)
+            append = op("add", term_path + " + " + q("/matchExpressions/-"), backing)
+            per_term.append(
+                f"{terms}.transformList(j, t, variables.need > 0 && {existing}.size() > 0 && "
+                f"!{implied}, {first}.size() > 0 ? {replace} : {append})")
+        # CEL: a ternary in a then-branch needs parentheses
+        ops = f"({terms}.size() == 0 ? ({chain}) : {' + '.join(per_term)})"
+        if not wanted:  # only the backing entry: nothing at all for a pod that needs none
+            ops = f"(variables.need == 0 ? [] : {ops})"
+        return ops
+
     def patch_variables(self) -> list[tuple[str, str]]:
         p = self.p
-        placement = (
-            "!variables.vpaSkip && object.spec.?nodeName.orValue('') == '' && "
-            "!object.metadata.?ownerReferences.orValue([]).exists(o, o.kind == 'DaemonSet') && "
-            f"({POD_LEVEL} ? !({POD_GUARANTEED}) && !({POD_BEST_EFFORT}) && variables.anyElig"
-            " : variables.anyChg || variables.anyElig)"
-        )
         changes = " + ".join(self.resource_ops() + self.resize_ops()) or "[]"
         placement_ops = " + ".join(self.placement_ops()) or "[]"
         orig = f"object.metadata.?annotations[?{q(ORIGINAL_ANNOTATION)}]"
@@ -525,7 +630,7 @@ class _Cel:
         write_orig = op("add", q("/metadata/annotations/swapwise.io~1original"),
                         "variables.origJSON")
         return [
-            ("placement", placement),
+            *self.need_variables(),
             ("core", f"variables.vpaSkip ? [] : {changes} + "
                      f"(variables.placement ? {placement_ops} : [])"),
             ("origEntries", " + ".join(entries)),
@@ -644,9 +749,12 @@ def render_target(
     warn = f"{target_.name}-warn"
     slots = [{"expression": f"variables.msgs.size() <= {i}",
               "messageExpression": f"variables.msgs[{i}]"} for i in range(WARNING_SLOTS)]
-    slots.append({"expression": f"variables.msgs.size() <= {WARNING_SLOTS + 1}",
-                  "messageExpression": f"'swapwise: ' + string(variables.msgs.size() - "
-                                       f"{WARNING_SLOTS}) + ' more warnings'"})
+    # the last slot: a 17th message itself, or how many more there are
+    slots.append({"expression": f"variables.msgs.size() <= {WARNING_SLOTS}",
+                  "messageExpression": f"variables.msgs.size() == {WARNING_SLOTS + 1} ? "
+                                       f"variables.msgs[{WARNING_SLOTS}] : 'swapwise: ' + "
+                                       f"string(variables.msgs.size() - {WARNING_SLOTS}) + "
+                                       "' more warnings'"})
     validating = {
         "apiVersion": f"{group}/v1",
         "kind": "ValidatingAdmissionPolicy",
@@ -655,7 +763,7 @@ def render_target(
             "failurePolicy": failure_policy,
             "matchConstraints": rules,
             "matchConditions": conditions,
-            "variables": _variables([*shared, ("msgs", cel.warning_messages())]),
+            "variables": _variables([*shared, *cel.warning_variables()]),
             "validations": slots,
         },
     }
