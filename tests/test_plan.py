@@ -341,6 +341,10 @@ def test_pods_the_webhook_gives_no_swap_node_placement_are_not_held_to_backing()
     # webhook place it (not changed, not swap-eligible).
     zero = plan_pod(pod(container("app", request="0", limit="1Gi")), DEFAULT, node)
     assert zero.backing.off == "no swap-node placement: no container gets swap"
+    # Placed on swap nodes, but nothing changed: the webhook requires no backing for it.
+    eligible = plan_pod(pod(container("app", request="100Mi", limit="1Gi")), DEFAULT, node)
+    assert eligible.backing.off == "no container changed, nothing to back"
+    assert eligible.backing.need == 0 and eligible.after.per_node == 110
 
 
 # ------------------------------------------------------------------------------------ CLI
@@ -417,10 +421,11 @@ def test_cli_json_has_the_hand_computed_numbers(
     # need ceil(1000 * 1365Mi / 683Mi) = ceil(1998.5) = 1999 <= 2000: backed.
     assert sandbox["backing"] == {"need": 1999, "nodePermille": 2000, "backed": True,
                                   "applies": True, "off": None}
-    # The CronJob's container is already request < limit: swapwise changes nothing, so it
-    # needs nothing (its cold memory not fitting is the FITS column's business).
+    # The CronJob's container is already request < limit: swapwise changes nothing, so its
+    # placement requires no backing (its cold memory not fitting is the FITS column's).
     assert nightly["backing"] == {"need": 0, "nodePermille": 2000, "backed": True,
-                                  "applies": True, "off": None}
+                                  "applies": False,
+                                  "off": "no container changed, nothing to back"}
     # CronJob template: 100Mi/2Gi on swap/RAM 2: share 200Mi, cold 1948Mi, needs 683Mi.
     (job,) = nightly["containers"]
     assert (job["swapShare"], job["fits"], job["fitRequest"]) == (200 * MI, False, 683 * MI)

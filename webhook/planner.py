@@ -291,8 +291,8 @@ def density(view: PodView, node: Node, overhead: Overhead = NO_OVERHEAD,
 def _backing(view: PodView, mutation: Mutation, profile: Profile, node: Node,
              daemonset: bool | None) -> Backing:
     """The pod's need on ``node``, and whether its placement will require backing: only
-    where the webhook adds swap-node placement (the engine's own condition) and the
-    profile requires backing."""
+    where the webhook adds swap-node placement (the engine's own condition) to a pod it
+    changes, and the profile requires backing."""
     need = backing.pod_need((change.request, change.limit) for change in mutation.changes)
     off = backing_off(profile)
     if mutation.skipped is not None:
@@ -303,6 +303,8 @@ def _backing(view: PodView, mutation: Mutation, profile: Profile, node: Node,
         off = "no swap-node placement: a DaemonSet's pod"
     elif not uses_swap(view, mutation.changes):
         off = "no swap-node placement: no container gets swap"
+    elif not mutation.changes:  # the webhook requires backing for what it changes only
+        off = "no container changed, nothing to back"
     return Backing(need, node.permille, off)
 
 
