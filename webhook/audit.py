@@ -14,7 +14,7 @@ Checks (``Finding.check``):
 - ``reshaped-pod-not-backed``: a reshaped pod bound to a swap node whose swap share does not
   cover it: the node's ``swapwise.io/swap-permille`` (its label, else computed from its
   status) is below the pod's need (:mod:`webhook.engine.backing`);
-- ``no-swap-permille-label``: reshaped pods run but no node carries
+- ``no-swap-permille-label``: reshaped pods exist but no node carries
   ``swapwise.io/swap-permille``, so placement that requires backing places no new one;
 - ``hpa-memory-utilisation``: an HPA scaling a reshaped workload on memory utilisation;
 - ``vpa``: a VerticalPodAutoscaler targeting a reshaped workload (an action when the
@@ -518,20 +518,21 @@ def _not_backed(
 
 
 def _no_permille_label(pods: list[_Pod], nodes: list[dict[str, Any]]) -> list[Finding]:
-    """Reshaped pods run, and no node carries the per-mille label at all."""
+    """Reshaped pods exist (active, in opted-in namespaces) and no node carries the
+    per-mille label at all."""
     reshaped = [pod for pod in pods if pod.reshaped]
     if not reshaped or any(PERMILLE_LABEL in _labels(node) for node in nodes):
         return []
     requiring = sorted({pod.profile.name for pod in reshaped if backing_off(pod.profile) is None})
     if requiring:
         message = (f"no node carries the label {PERMILLE_LABEL}, and {len(reshaped)} reshaped "
-                   f"pod(s) run: profile(s) {', '.join(requiring)} require swap backing "
+                   f"pod(s) exist: profile(s) {', '.join(requiring)} require swap backing "
                    "(placement.swapBacking: required, the default), so every new reshaped pod "
                    "of theirs stays Pending; run swapwise label-nodes (chart: "
                    "labeller.enabled: true), or set placement.swapBacking: off")
     else:
         message = (f"no node carries the label {PERMILLE_LABEL}, and {len(reshaped)} reshaped "
-                   "pod(s) run; no profile of theirs requires swap backing, so they are placed "
+                   "pod(s) exist; no profile of theirs requires swap backing, so they are placed "
                    "without it (run swapwise label-nodes before turning it on)")
     return [Finding("no-swap-permille-label", None, "Node/*", message, action=bool(requiring),
                     details={"reshapedPods": len(reshaped), "profiles": requiring})]
