@@ -276,7 +276,7 @@ def test_reshaped_pods_on_nodes_that_do_not_back_them() -> None:
     assert message.startswith("needs swap-permille >= 1999 (container app) but runs on node "
                               "small, whose swap-permille is 15 (its label "
                               "swapwise.io/swap-permille)")
-    assert "re-create it to move it to a node that backs it" in message
+    assert "re-create it so that it lands on a node that backs it" in message
     status = found["Pod/p-nolabel"]
     assert (status.details["nodePermille"], status.details["permilleSource"]) == (15, "status")
     assert ("computed from its status: swap 1073741824 bytes, memory 68719476736 bytes; it "
@@ -289,6 +289,17 @@ def test_reshaped_pods_on_nodes_that_do_not_back_them() -> None:
         "'lots' is not a valid quantity (e.g. 512Mi, 2Gi, 1.5G, 2e9)",
         "vpa: the autoscaling.k8s.io API is not served by this cluster"]
     assert all(f.check != "no-swap-permille-label" for f in report.findings)
+
+
+def test_a_pod_reported_without_swap_hides_no_namesake_in_another_namespace() -> None:
+    nodes = [node("noswap", True, None), node("small", True, GI, "15", "64Gi")]
+    pods = [on("p", "noswap"), reshaped(pod("p", "other", nodeName="small"))]
+    report = audit(Cluster(namespaces=[ns("team"), ns("other")], nodes=nodes, pods=pods),
+                   default_policy())
+    assert sorted((f.check, f.namespace, f.object) for f in report.findings
+                  if f.object == "Pod/p") == [
+        ("reshaped-pod-not-backed", "other", "Pod/p"),
+        ("reshaped-pod-without-swap", "team", "Pod/p")]
 
 
 def test_with_backing_off_a_pod_on_a_node_that_does_not_back_it_is_information() -> None:

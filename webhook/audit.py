@@ -314,7 +314,7 @@ def audit(cluster: Cluster, policy: Policy, swap_label: tuple[str, str] = (SWAP_
     findings += _unshaped(pods)
     without = _without_swap(pods, nodes, swap_label)
     findings += without
-    unbacked, unjudged = _not_backed(pods, nodes, {f.object for f in without})
+    unbacked, unjudged = _not_backed(pods, nodes, {(f.namespace, f.object) for f in without})
     findings += unbacked
     skipped += unjudged
     findings += _no_permille_label(pods, cluster.nodes)
@@ -468,7 +468,7 @@ def pod_need(pod: dict[str, Any]) -> tuple[int, dict[str, int]] | str:
 
 
 def _not_backed(
-    pods: list[_Pod], nodes: dict[str, dict[str, Any]], reported: set[str],
+    pods: list[_Pod], nodes: dict[str, dict[str, Any]], reported: set[tuple[str | None, str]],
 ) -> tuple[list[Finding], list[str]]:
     """Reshaped pods on nodes whose swap share does not cover them (and what could not be
     judged, for ``skipped``); pods already reported without swap are left out."""
@@ -478,7 +478,7 @@ def _not_backed(
         spec = pod.obj.get("spec")
         node_name = spec.get("nodeName") if isinstance(spec, dict) else None
         node = nodes.get(node_name) if isinstance(node_name, str) else None
-        if not pod.reshaped or node is None or pod.ref in reported:
+        if not pod.reshaped or node is None or (pod.namespace, pod.ref) in reported:
             continue
         where = f"{pod.namespace}/{_name(pod.obj)}"
         needed = pod_need(pod.obj)
@@ -496,10 +496,10 @@ def _not_backed(
         off = backing_off(pod.profile)
         worst = max(containers, key=lambda name: containers[name])
         if off is None:
-            consequence = ("placement now requires backing, so it would not be placed there "
-                           "again (scheduled before the node's swap or memory changed, or "
-                           "before backing): re-create it to move it to a node that backs it, "
-                           "or give this node more swap")
+            consequence = ("its placement requires backing, so the scheduler would not put it "
+                           "there now (it was placed before the node's swap or memory changed "
+                           "or before backing, or pinned by spec.nodeName): re-create it so "
+                           "that it lands on a node that backs it, or give this node more swap")
         else:
             consequence = (f"backing is off for profile {pod.profile.name} ({off}), so nothing "
                            "keeps such pods off this node")
