@@ -10,14 +10,16 @@ from pathlib import Path
 from typing import Any
 
 import jsonpatch
+import pytest
 
 from tests.test_cli import swapwise
-from webhook.audit import Cluster, Finding, audit, original_pod
+from webhook.audit import Cluster, Finding, audit, label_permille, original_pod
 from webhook.engine import mutate_pod
 from webhook.policy import build_policy, default_policy, parse_policy
 
 GI, MI = 1024**3, 1024**2
 SWAP = "feature.node.kubernetes.io/memory-swap"
+PERMILLE = "swapwise.io/swap-permille"
 
 
 def ns(name: str, profile: str | None = "default") -> dict[str, Any]:
@@ -38,10 +40,22 @@ def reshaped(p: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def node(name: str, labelled: bool, swap: int | None) -> dict[str, Any]:
+def node(name: str, labelled: bool, swap: int | None, permille: str | None = None,
+         memory: Any = None) -> dict[str, Any]:
+    """A Node; ``permille`` is its swapwise.io/swap-permille label, ``memory`` its
+    ``status.capacity.memory``."""
     info: dict[str, Any] = {} if swap is None else {"swap": {"capacity": swap}}
-    return {"metadata": {"name": name, "labels": {SWAP: "true"} if labelled else {}},
-            "status": {"nodeInfo": info}}
+    labels = {SWAP: "true"} if labelled else {}
+    if permille is not None:
+        labels[PERMILLE] = permille
+    status: dict[str, Any] = {"nodeInfo": info}
+    if memory is not None:
+        status["capacity"] = {"memory": memory}
+    return {"metadata": {"name": name, "labels": labels}, "status": status}
+
+
+# A swap node labelled as label-nodes does (swap 2 x RAM): it backs the default profile's pods.
+BACKING = node("backing", True, 32 * GI, "2000", "16Gi")
 
 
 def checks(findings: list[Finding]) -> list[tuple[str, str, bool]]:
@@ -56,7 +70,7 @@ def test_a_reshaped_pod_is_in_shape_and_the_original_is_recoverable() -> None:
     assert restored is not None
     assert restored["spec"]["containers"][0]["resources"] == {
         "requests": {"memory": "2Gi"}, "limits": {"memory": "2Gi"}}
-    report = audit(Cluster(namespaces=[ns("team")], nodes=[node("n", True, GI)],
+    report = audit(Cluster(namespaces=[ns("team")], nodes=[node("n", True, GI, "2000")],
                            pods=[after]), default_policy())
     assert report.findings == [] and not report.needs_action
 
@@ -87,7 +101,8 @@ def test_pod_owner_is_resolved_through_its_replicaset() -> None:
 
 def test_reshaped_pods_on_nodes_without_swap() -> None:
     pods = [reshaped(pod(f"p{i}", nodeName=f"n{i}")) for i in range(4)]
-    nodes = [node("n0", True, 0), node("n1", False, GI), node("n2", True, GI)]  # n3 gone
+    nodes = [node("n0", True, 0), node("n1", False, GI), node("n2", True, GI, "2000")]
+    # n3 is gone; n0, n1 and n3 are reported without swap, and not again as not backed.
     report = audit(Cluster(namespaces=[ns("team")], nodes=nodes, pods=pods), default_policy())
     reasons = {f.object: f.details["reasons"] for f in report.findings
                if f.check == "reshaped-pod-without-swap"}
@@ -122,17 +137,20 @@ def test_vpa_off_is_information_and_a_missing_api_is_said() -> None:
     vpa = {"metadata": {"name": "v", "namespace": "team"},
            "spec": {"targetRef": {"kind": "StatefulSet", "name": "web"},
                     "updatePolicy": {"updateMode": "Off"}}}
-    report = audit(Cluster(namespaces=[ns("team")], pods=[p], vpas=[vpa]), default_policy())
+    report = audit(Cluster(namespaces=[ns("team")], pods=[p], vpas=[vpa], nodes=[BACKING]),
+                   default_policy())
     assert checks(report.findings) == [("vpa", "VerticalPodAutoscaler/v", False)]
     assert report.skipped == [] and not report.needs_action
     vpa["spec"]["updatePolicy"] = {}  # default mode: Auto, which evicts
     skip_policy = build_policy({"apiVersion": "swapwise.io/v1alpha1", "kind": "SwapPolicy",
                                 "profiles": {"default": {"vpaPods": "skip"}}})
-    report = audit(Cluster(namespaces=[ns("team")], pods=[p], vpas=[vpa]), skip_policy)
+    report = audit(Cluster(namespaces=[ns("team")], pods=[p], vpas=[vpa], nodes=[BACKING]),
+                   skip_policy)
     assert checks(report.findings) == [("vpa", "VerticalPodAutoscaler/v", True)]
     assert "vpaPods: skip" in report.findings[0].message
     # The default, raiseLimit, gives the same pods in either webhook order: information.
-    report = audit(Cluster(namespaces=[ns("team")], pods=[p], vpas=[vpa]), default_policy())
+    report = audit(Cluster(namespaces=[ns("team")], pods=[p], vpas=[vpa], nodes=[BACKING]),
+                   default_policy())
     assert checks(report.findings) == [("vpa", "VerticalPodAutoscaler/v", False)]
     assert "in either webhook order" in report.findings[0].message
     report = audit(Cluster(namespaces=[ns("team")], pods=[p]), default_policy())
@@ -222,3 +240,182 @@ def test_cli_without_a_reachable_cluster_exits_2(tmp_path: Path) -> None:
     assert out.stderr.startswith("swapwise: audit: cannot read the cluster:")
     bad = swapwise("audit", "--label", "novalue")
     assert bad.returncode == 1 and "expected key=value" in bad.stderr
+
+
+# ------------------------------------------------------------------------- swap backing
+
+
+def on(name: str, node_name: str, limit: str = "2Gi") -> dict[str, Any]:
+    """A pod reshaped by the default profile (app 2Gi -> 683Mi: need 1999), bound to a node."""
+    return reshaped(pod(name, limit=limit, nodeName=node_name))
+
+
+def not_backed(report: Any) -> dict[str, Finding]:
+    return {f.object: f for f in report.findings if f.check == "reshaped-pod-not-backed"}
+
+
+def test_reshaped_pods_on_nodes_that_do_not_back_them() -> None:
+    nodes = [
+        node("big", True, 32 * GI, "2000", "16Gi"),  # backs need 1999
+        node("edge", True, 32 * GI, "1999", "16Gi"),  # exactly the need: backs
+        node("small", True, GI, "15", "64Gi"),  # 1000 * 1Gi / 64Gi = 15.6
+        node("nolabel", True, GI, None, "64Gi"),  # computed from its status: 15
+        node("junklabel", True, GI, "abc", "65536Mi"),  # not comparable: from status
+        node("stale", True, GI, "2000", "64Gi"),  # the label is what the scheduler sees
+        node("unknown", True, GI, None, "lots"),  # neither: cannot be judged
+    ]
+    pods = [on(f"p-{n['metadata']['name']}", n["metadata"]["name"]) for n in nodes]
+    report = audit(Cluster(namespaces=[ns("team")], nodes=nodes, pods=pods), default_policy())
+    found = not_backed(report)
+    assert sorted(found) == ["Pod/p-junklabel", "Pod/p-nolabel", "Pod/p-small"]
+    assert found["Pod/p-small"].details == {
+        "node": "small", "need": 1999, "containers": {"app": 1999}, "nodePermille": 15,
+        "permilleSource": "label", "backingApplies": True}
+    assert found["Pod/p-small"].action
+    message = found["Pod/p-small"].message
+    assert message.startswith("needs swap-permille >= 1999 (container app) but runs on node "
+                              "small, whose swap-permille is 15 (its label "
+                              "swapwise.io/swap-permille)")
+    assert "re-create it so that it lands on a node that backs it" in message
+    status = found["Pod/p-nolabel"]
+    assert (status.details["nodePermille"], status.details["permilleSource"]) == (15, "status")
+    assert ("computed from its status: swap 1073741824 bytes, memory 68719476736 bytes; it "
+            "has no label swapwise.io/swap-permille") in status.message
+    assert "its label swapwise.io/swap-permille='abc' is not an integer the scheduler can " \
+        "compare" in found["Pod/p-junklabel"].message
+    assert sorted(report.skipped) == [
+        "reshaped-pod-not-backed: Pod team/p-unknown on node unknown: it has no label "
+        "swapwise.io/swap-permille, and memory capacity (status.capacity.memory) unreadable: "
+        "'lots' is not a valid quantity (e.g. 512Mi, 2Gi, 1.5G, 2e9)",
+        "vpa: the autoscaling.k8s.io API is not served by this cluster"]
+    assert all(f.check != "no-swap-permille-label" for f in report.findings)
+
+
+def test_a_pod_reported_without_swap_hides_no_namesake_in_another_namespace() -> None:
+    nodes = [node("noswap", True, None), node("small", True, GI, "15", "64Gi")]
+    pods = [on("p", "noswap"), reshaped(pod("p", "other", nodeName="small"))]
+    report = audit(Cluster(namespaces=[ns("team"), ns("other")], nodes=nodes, pods=pods),
+                   default_policy())
+    assert sorted((f.check, f.namespace, f.object) for f in report.findings
+                  if f.object == "Pod/p") == [
+        ("reshaped-pod-not-backed", "other", "Pod/p"),
+        ("reshaped-pod-without-swap", "team", "Pod/p")]
+
+
+def test_with_backing_off_a_pod_on_a_node_that_does_not_back_it_is_information() -> None:
+    policy = parse_policy(POLICY.replace("default: {}", "default: {placement: {mode: preferred}}"))
+    n = node("small", True, GI, "15", "64Gi")
+    report = audit(Cluster(namespaces=[ns("team")], nodes=[n], pods=[on("p", "small")]), policy)
+    [finding] = not_backed(report).values()
+    assert not finding.action and finding.details["backingApplies"] is False
+    assert "backing is off for profile default (placement.mode: preferred), so nothing keeps " \
+        "such pods off this node" in finding.message
+    assert not report.needs_action
+
+
+def test_need_counts_only_current_containers_swapwise_changed_and_below_their_limit() -> None:
+    p = pod("p", nodeName="n")
+    p["spec"]["containers"].append({"name": "tool", "image": "x", "resources": {
+        "requests": {"memory": "100Mi"}, "limits": {"memory": "2Gi"}}})  # needs 19480
+    p["spec"]["initContainers"] = [{"name": "proxy", "image": "x", "restartPolicy": "Always",
+                                    "resources": {"limits": {"memory": "3Gi"}}}]
+    p = reshaped(p)
+    # proxy 3Gi -> 1Gi: exactly 2000; app 1999; tool is not swapwise's: not counted.
+    assert json.loads(p["metadata"]["annotations"]["swapwise.io/original"]).keys() == {
+        "proxy", "app"}
+    lr = node("n", True, 32 * GI, "1999", "16Gi")
+    report = audit(Cluster(namespaces=[ns("team")], nodes=[lr], pods=[p]), default_policy())
+    [finding] = not_backed(report).values()
+    assert finding.details["containers"] == {"proxy": 2000, "app": 1999}
+    assert finding.details["need"] == 2000 and "(container proxy)" in finding.message
+    # Resized back in place to request == limit: that container needs nothing any more.
+    p["spec"]["initContainers"][0]["resources"]["requests"]["memory"] = "3Gi"
+    report = audit(Cluster(namespaces=[ns("team")], nodes=[lr], pods=[p]), default_policy())
+    assert not_backed(report) == {}
+
+
+@pytest.mark.parametrize("junk", [
+    "not json", "[]", '{"app": {"request": 5}}', '{"app": "2Gi"}',
+    '{"app": {"request": "2Gi", "extra": "x"}}', "[" * 100_000, 7,
+])
+def test_an_unreadable_original_annotation_is_never_traced_back(junk: Any) -> None:
+    p = on("p", "small")
+    p["metadata"]["annotations"]["swapwise.io/original"] = junk
+    n = node("small", True, GI, "15", "64Gi")
+    report = audit(Cluster(namespaces=[ns("team")], nodes=[n], pods=[p]), default_policy())
+    assert not_backed(report) == {}
+    assert (
+        "reshaped-pod-not-backed: Pod team/p: its swapwise.io/original annotation is "
+        "unreadable, so which containers swapwise changed is not known") in report.skipped
+    assert original_pod(p) is None  # nor restored for the HPA check
+
+
+def test_a_reshaped_pod_whose_containers_swapwise_left_alone_needs_nothing() -> None:
+    # Already request < limit: swapwise added placement and its profile annotation only.
+    p = pod("p", nodeName="small")
+    p["spec"]["containers"][0]["resources"]["requests"] = {"memory": "100Mi"}
+    p["metadata"]["annotations"] = {"swapwise.io/profile": "default"}
+    n = node("small", True, GI, "15", "64Gi")
+    report = audit(Cluster(namespaces=[ns("team")], nodes=[n], pods=[p]), default_policy())
+    assert not_backed(report) == {}
+    assert report.skipped == ["vpa: the autoscaling.k8s.io API is not served by this cluster"]
+
+
+def test_no_node_with_the_permille_label_while_reshaped_pods_run() -> None:
+    plain = node("n", True, 32 * GI, None, "16Gi")
+    report = audit(Cluster(namespaces=[ns("team")], nodes=[plain], pods=[on("p", "n")]),
+                   default_policy())
+    [finding] = [f for f in report.findings if f.check == "no-swap-permille-label"]
+    assert (finding.object, finding.action) == ("Node/*", True)
+    assert finding.details == {"reshapedPods": 1, "profiles": ["default"]}
+    assert "every new reshaped pod of theirs stays Pending; run swapwise label-nodes" in \
+        finding.message
+    # Computed from its status, that node backs the pod: no other finding.
+    assert checks(report.findings) == [("no-swap-permille-label", "Node/*", True)]
+    # Backing off everywhere: for information.
+    policy = parse_policy(POLICY.replace("default: {}", "default: {placement: {mode: none}}"))
+    report = audit(Cluster(namespaces=[ns("team")], nodes=[plain], pods=[on("p", "n")]), policy)
+    assert [(f.check, f.action) for f in report.findings] == [
+        ("no-swap-permille-label", False)]
+    # Any node with the label (a wrong value included), or no reshaped pod: nothing to say.
+    for cluster in (Cluster(namespaces=[ns("team")], nodes=[plain, BACKING], pods=[on("p", "n")]),
+                    Cluster(namespaces=[ns("team")], nodes=[plain], pods=[pod("q")])):
+        assert all(f.check != "no-swap-permille-label" for f in
+                   audit(cluster, default_policy()).findings)
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("2000", 2000), ("0", 0), ("+15", 15), ("007", 7), ("-1", -1),
+    ("9223372036854775807", 2**63 - 1), ("9223372036854775808", None), ("1" * 30, None),
+    ("2000 ", None), ("2e3", None), ("", None), ("abc", None), (2000, None), (None, None),
+])
+def test_a_permille_label_is_read_as_the_scheduler_reads_it(value: Any, expected: int | None
+                                                            ) -> None:
+    assert label_permille(value) == expected
+
+
+def test_cluster_data_of_the_wrong_type_never_crashes_the_audit() -> None:
+    weird_nodes: list[Any] = [
+        {"metadata": {"name": "a", "labels": ["x"]}, "status": "up"},
+        {"metadata": {"name": "b", "labels": {SWAP: "true", PERMILLE: ["2000"]}},
+         "status": {"capacity": {"memory": {"x": 1}}, "nodeInfo": {"swap": {"capacity": "8Gi"}}}},
+        {"metadata": None},
+        {"metadata": {"name": "c", "labels": {SWAP: "true"}},
+         "status": {"capacity": [], "nodeInfo": {"swap": {"capacity": True}}}},
+    ]
+    odd = on("odd", "b")
+    odd["metadata"]["annotations"]["swapwise.io/original"] = {"app": {"request": "2Gi"}}
+    broken = on("broken", "c")
+    broken["spec"]["containers"][0]["resources"] = {"requests": {"memory": "lots"}}
+    bound_to_int = on("int", "a")
+    bound_to_int["spec"]["nodeName"] = 7
+    report = audit(Cluster(namespaces=[ns("team")], nodes=weird_nodes,
+                           pods=[odd, broken, bound_to_int, on("ok", "b")]), default_policy())
+    assert isinstance(report.to_json(), dict)
+    # b's label is not an integer and its status has no readable memory: not judged.
+    assert ("reshaped-pod-not-backed: Pod team/ok on node b: its label "
+            "swapwise.io/swap-permille=\"['2000']\" is not an integer the scheduler can compare, "
+            "and memory capacity (status.capacity.memory) unreadable: a dict is not a quantity"
+            ) in report.skipped
+    assert "reshaped-pod-not-backed: Pod team/broken: the pod cannot be read (" in "\n".join(
+        report.skipped)

@@ -40,12 +40,13 @@ from webhook.labeller.labels import (
     NodeChange,
     Reason,
     Source,
-    Verdict,
     configz_swap_behavior,
     declared_behavior,
     desired_change,
     judge,
+    memory_capacity,
     swap_capacity,
+    swap_permille,
 )
 from webhook.labeller.lease import (
     Attempt,
@@ -61,6 +62,7 @@ from webhook.labeller.lease import (
 from webhook.labeller.metrics import LabellerMetrics
 
 SWAP = "feature.node.kubernetes.io/memory-swap"
+PERMILLE = "swapwise.io/swap-permille"
 T0 = dt.datetime(2026, 1, 1, 12, 0, 0, 1, tzinfo=dt.UTC)
 
 
@@ -71,9 +73,13 @@ KUBELET_NOSWAP = {"kubeletconfig": {"memorySwap": {"swapBehavior": "NoSwap"}}}
 
 def node(name: str, capacity: Any = None, labels: dict[str, str] | None = None,
          info: bool = True, declared: str | None = None,
-         annotations: dict[str, str] | None = None, boot: str = "b1") -> dict[str, Any]:
-    """A Node dict; ``declared`` sets the swapwise.io/swap-behavior label."""
+         annotations: dict[str, str] | None = None, boot: str = "b1",
+         memory: Any = "16Gi") -> dict[str, Any]:
+    """A Node dict; ``declared`` sets the swapwise.io/swap-behavior label; ``memory`` is
+    ``status.capacity.memory`` (None: not reported)."""
     status: dict[str, Any] = {}
+    if memory is not None:
+        status["capacity"] = {"cpu": "8", "memory": memory}
     if info:
         status["nodeInfo"] = {"kubeletVersion": "v1.34.4", "bootID": boot}
         if capacity is not None:
@@ -128,12 +134,13 @@ DECLARED_SOURCE = "(source: node label swapwise.io/swap-behavior)"
 
 
 @pytest.mark.parametrize(("capacity", "source", "behavior", "swap", "reason", "message"), [
+    # 1000 * 4294963200 / 17179869184 (16Gi) = 249.9997: the per-mille is floored.
     (GI4, "kubelet", "LimitedSwap", True, Reason.LIMITED_SWAP,
-     "true: kubelet swapBehavior LimitedSwap, swap capacity 4294963200 bytes "
-     "(source: kubelet configz)"),
+     "true: kubelet swapBehavior LimitedSwap, swap capacity 4294963200 bytes, memory "
+     "capacity 17179869184 bytes: swapwise.io/swap-permille=249 (source: kubelet configz)"),
     (GI4, "declared", "LimitedSwap", True, Reason.LIMITED_SWAP,
-     f"true: declared swapBehavior LimitedSwap, swap capacity 4294963200 bytes "
-     f"{DECLARED_SOURCE}"),
+     f"true: declared swapBehavior LimitedSwap, swap capacity 4294963200 bytes, memory "
+     f"capacity 17179869184 bytes: swapwise.io/swap-permille=249 {DECLARED_SOURCE}"),
     (GI4, "kubelet", "NoSwap", False, Reason.SWAP_BEHAVIOR_NO_SWAP,
      "false: kubelet swapBehavior NoSwap (source: kubelet configz)"),
     (GI4, "kubelet", "", False, Reason.SWAP_BEHAVIOR_NO_SWAP,
@@ -164,8 +171,10 @@ DECLARED_SOURCE = "(source: node label swapwise.io/swap-behavior)"
 def test_every_reason_and_its_message(capacity: int | None, source: Source,
                                       behavior: str | None, swap: bool | None,
                                       reason: Reason, message: str) -> None:
-    assert judge(node("n", capacity), behavior, source, "HTTP 502") == Verdict(
-        swap, reason, message)
+    verdict = judge(node("n", capacity), behavior, source, "HTTP 502")
+    assert (verdict.swap, verdict.reason, verdict.message) == (swap, reason, message)
+    # Only a swap node has a per-mille; 16Gi of memory is read exactly.
+    assert verdict.permille_value == (249 if swap else None)
 
 
 def test_a_huge_foreign_behaviour_is_cut_short_in_the_message() -> None:
@@ -216,32 +225,37 @@ def test_configz_of_another_shape_is_an_error_not_noswap(payload: Any) -> None:
 
 def test_swap_node_gets_label_and_annotation_in_one_patch_and_nothing_else() -> None:
     got = change(node("a", 8 * 2**30, {"team": "x"}, declared="LimitedSwap"))
-    assert got is not None and got.label == "add"
+    assert got is not None and (got.label, got.permille) == ("add", "set")
+    # 8Gi of swap on 16Gi of memory: 500 per mille.
     assert got.patch == {"metadata": {
-        "labels": {SWAP: "true"},
+        "labels": {SWAP: "true", PERMILLE: "500"},
         "annotations": {SWAP_NODE_ANNOTATION: got.verdict.message},
     }}
-    assert got.verdict.message.startswith("true: declared swapBehavior LimitedSwap")
+    assert got.verdict.message == (
+        "true: declared swapBehavior LimitedSwap, swap capacity 8589934592 bytes, memory "
+        "capacity 17179869184 bytes: swapwise.io/swap-permille=500 "
+        "(source: node label swapwise.io/swap-behavior)")
 
 
 def test_swap_node_with_wrong_value_is_corrected() -> None:
-    got = change(node("a", 1, {SWAP: "false"}, declared="LimitedSwap"))
+    got = change(node("a", 1, {SWAP: "false", PERMILLE: "7"}, declared="LimitedSwap"))
     assert got is not None and got.label == "add"
-    assert got.patch["metadata"]["labels"] == {SWAP: "true"}
+    # 1 byte of swap: floor(1000 / 16Gi) = 0, which is written (it backs no pod).
+    assert got.patch["metadata"]["labels"] == {SWAP: "true", PERMILLE: "0"}
 
 
 def test_a_node_with_the_right_label_and_annotation_needs_nothing() -> None:
-    first = change(node("a", 1, {SWAP: "true"}, declared="LimitedSwap"))
-    assert first is not None and first.label == "keep"  # only the annotation is missing
-    assert first.patch == {"metadata": {"annotations": {
+    first = change(node("a", 1, {SWAP: "true", PERMILLE: "0"}, declared="LimitedSwap"))
+    assert first is not None and (first.label, first.permille) == ("keep", "keep")
+    assert first.patch == {"metadata": {"annotations": {  # only the annotation is missing
         SWAP_NODE_ANNOTATION: first.verdict.message}}}
-    done = node("a", 1, {SWAP: "true"}, declared="LimitedSwap",
+    done = node("a", 1, {SWAP: "true", PERMILLE: "0"}, declared="LimitedSwap",
                 annotations={SWAP_NODE_ANNOTATION: first.verdict.message})
     assert change(done) is None
 
 
 def test_a_stale_annotation_alone_is_rewritten() -> None:
-    n = node("a", 1, {SWAP: "true"}, declared="LimitedSwap",
+    n = node("a", 1, {SWAP: "true", PERMILLE: "0"}, declared="LimitedSwap",
              annotations={SWAP_NODE_ANNOTATION: "false: old news", "other": "kept"})
     got = change(n)
     assert got is not None and got.label == "keep"
@@ -289,7 +303,7 @@ def test_custom_label_is_managed_instead_of_the_default() -> None:
     label = Label("example.com/swap", "yes")
     got = change(node("a", 1, {SWAP: "true"}, declared="LimitedSwap"), label)
     assert got is not None
-    assert got.patch["metadata"]["labels"] == {"example.com/swap": "yes"}
+    assert got.patch["metadata"]["labels"] == {"example.com/swap": "yes", PERMILLE: "0"}
 
 
 def test_kubelet_source_ignores_a_declared_label() -> None:
@@ -297,6 +311,143 @@ def test_kubelet_source_ignores_a_declared_label() -> None:
     got = change(n, source="kubelet", behavior="NoSwap")
     assert got is not None and got.verdict.reason is Reason.SWAP_BEHAVIOR_NO_SWAP
     assert "labels" not in got.patch["metadata"]
+
+
+# ------------------------------------------------------------------------- swap-permille
+
+
+def limited(capacity: Any, memory: Any = "16Gi", **kwargs: Any) -> dict[str, Any]:
+    """A node declared LimitedSwap."""
+    return node("n", capacity, declared="LimitedSwap", memory=memory, **kwargs)
+
+
+@pytest.mark.parametrize(("swap", "memory", "expected"), [
+    (8 * 2**30, "16Gi", 500),
+    # The harness node: 2012108Ki = 2060398592 bytes; 4294963200000 / 2060398592 = 2084.5.
+    (GI4, "2012108Ki", 2084),
+    # The real node of the contract: 1073737728000 / 3114217472 = 344.8.
+    (1073737728, "3114217472", 344),
+    (1073737728, 3114217472, 344),  # a JSON number reads as its text
+    (8 * 2**30, "16G", 536),  # decimal: 8589934592000 / 16e9 = 536.9
+    (3 * 2**30, "1.5Gi", 2000),  # exactly 2000: no rounding down below it
+    (2**34 - 1, "16Gi", 999),  # just under 1000: floored, never rounded up
+    (1, "16Gi", 0),  # a swap node whose share backs nothing: still labelled, 0
+    (2, "1500m", 1000),  # 1.5 bytes reads as 2, as the API server's Value() does
+])
+def test_permille_is_floor_of_swap_over_memory_read_exactly(
+    swap: int, memory: Any, expected: int
+) -> None:
+    verdict = judge(limited(swap, memory), "LimitedSwap", "declared")
+    assert verdict.permille_value == expected
+    got = desired_change(limited(swap, memory), verdict, DEFAULT_LABEL)
+    assert got is not None and got.permille == "set"
+    assert got.patch["metadata"]["labels"][PERMILLE] == str(expected)
+    assert f": swapwise.io/swap-permille={expected} (" in verdict.message
+
+
+@pytest.mark.parametrize(("status", "problem"), [
+    ({}, "no memory capacity reported (status.capacity.memory)"),
+    ({"capacity": None}, "no memory capacity reported"),
+    ({"capacity": "16Gi"}, "no memory capacity reported"),
+    ({"capacity": {"cpu": "8"}}, "no memory capacity reported"),
+    ({"capacity": {"memory": "lots"}}, "'lots' is not a valid quantity"),
+    ({"capacity": {"memory": "16Gi "}}, "'16Gi ' is not a valid quantity"),
+    ({"capacity": {"memory": ""}}, "'' is not a valid quantity"),
+    ({"capacity": {"memory": True}}, "True is not a quantity"),
+    ({"capacity": {"memory": ["16Gi"]}}, "a list is not a quantity"),
+    ({"capacity": {"memory": {"value": "16Gi"}}}, "a dict is not a quantity"),
+    ({"capacity": {"memory": "1e400"}}, "out of range"),
+    ({"capacity": {"memory": 2**64}}, "out of range"),
+    ({"capacity": {"memory": "0"}}, "(status.capacity.memory) '0' is not positive"),
+    ({"capacity": {"memory": "-16Gi"}}, "'-16Gi' is not positive"),
+    ({"capacity": {"memory": "x" * 5000}}, "longer than 1000 characters"),
+])
+def test_garbage_memory_capacity_gives_no_permille_and_says_why(
+    status: dict[str, Any], problem: str
+) -> None:
+    n = node("n", GI4, {SWAP: "true", PERMILLE: "249"}, declared="LimitedSwap", memory=None)
+    n["status"].update(status)
+    memory, why = memory_capacity(n)
+    assert memory is None and problem in why
+    verdict = judge(n, "LimitedSwap", "declared")
+    assert verdict.swap is True and verdict.permille_value is None  # still a swap node
+    got = desired_change(n, verdict, DEFAULT_LABEL)
+    # The swap label stays; a per-mille that can no longer be checked goes.
+    assert got is not None and (got.label, got.permille) == ("keep", "remove")
+    assert got.patch["metadata"]["labels"] == {PERMILLE: None}
+    message = got.patch["metadata"]["annotations"][SWAP_NODE_ANNOTATION]
+    assert message.startswith("true: declared swapBehavior LimitedSwap, swap capacity "
+                              "4294963200 bytes; no swapwise.io/swap-permille: ")
+    assert problem in message and len(message) < 300
+
+
+def test_a_permille_beyond_64_bits_is_not_written() -> None:
+    # The scheduler parses a Gt label as int64: 1000 * 2^62 bytes over 1 byte is beyond it.
+    permille = swap_permille(limited(2**62, "1"))
+    assert (permille.swap, permille.memory, permille.value) == (2**62, 1, None)
+    assert "beyond a 64-bit per-mille" in permille.problem
+    got = desired_change(limited(2**62, "1"), judge(limited(2**62, "1"), "LimitedSwap",
+                                                    "declared"), DEFAULT_LABEL)
+    assert got is not None and PERMILLE not in got.patch["metadata"]["labels"]
+    # Less swap on the same byte: 1000 * 2^53 fits in 64 bits and is written.
+    assert swap_permille(limited(2**53, "1")).value == 1000 * 2**53
+
+
+def test_permille_follows_swap_and_memory_capacity_changes() -> None:
+    def settle(n: dict[str, Any]) -> NodeChange | None:
+        got = change(n)
+        if got is not None:  # apply the merge patch, as the API server does
+            for field, values in got.patch["metadata"].items():
+                target = n["metadata"].setdefault(field, {})
+                for key, value in values.items():
+                    if value is None:
+                        target.pop(key, None)
+                    else:
+                        target[key] = value
+        return got
+
+    n = limited(8 * 2**30)
+    first = settle(n)
+    assert first is not None and n["metadata"]["labels"][PERMILLE] == "500"
+    assert settle(n) is None  # steady: no write
+    n["status"]["nodeInfo"]["swap"]["capacity"] = 4 * 2**30  # kubelet restarted, less swap
+    shrunk = settle(n)
+    assert shrunk is not None and (shrunk.label, shrunk.permille) == ("keep", "set")
+    assert shrunk.patch["metadata"]["labels"] == {PERMILLE: "250"}
+    assert "swap capacity 4294967296 bytes, memory capacity 17179869184 bytes: " \
+        "swapwise.io/swap-permille=250" in n["metadata"]["annotations"][SWAP_NODE_ANNOTATION]
+    n["status"]["capacity"]["memory"] = "32Gi"  # more RAM, same swap
+    grown = settle(n)
+    assert grown is not None and grown.patch["metadata"]["labels"] == {PERMILLE: "125"}
+    assert settle(n) is None
+    del n["status"]["nodeInfo"]["swap"]  # swap turned off: no longer a swap node
+    gone = settle(n)
+    assert gone is not None and (gone.label, gone.permille) == ("remove", "remove")
+    assert gone.patch["metadata"]["labels"] == {SWAP: None, PERMILLE: None}
+    assert n["metadata"]["labels"] == {BEHAVIOR_LABEL: "LimitedSwap"}
+
+
+@pytest.mark.parametrize(("capacity", "declared"), [
+    (GI4, "NoSwap"), (GI4, None), (GI4, "bogus"), (0, "LimitedSwap"), (None, "LimitedSwap"),
+])
+def test_a_node_that_is_not_a_swap_node_loses_both_labels(
+    capacity: int | None, declared: str | None
+) -> None:
+    got = change(node("b", capacity, {SWAP: "true", PERMILLE: "249", "team": "x"},
+                      declared=declared))
+    assert got is not None and (got.label, got.permille) == ("remove", "remove")
+    assert got.patch["metadata"]["labels"] == {SWAP: None, PERMILLE: None}
+    assert got.verdict.permille is None
+    # Only the per-mille left (our swap label was removed by hand, or another value).
+    other = change(node("b", capacity, {SWAP: "false", PERMILLE: "0"}, declared=declared))
+    assert other is not None and other.patch["metadata"]["labels"] == {PERMILLE: None}
+
+
+def test_an_unknown_verdict_keeps_the_permille_too() -> None:
+    n = node("d", GI4, {SWAP: "true", PERMILLE: "1"})  # stale, but nothing is known now
+    assert change(n, source="kubelet", behavior=None) is None
+    got = change(n, source="kubelet", behavior="LimitedSwap")
+    assert got is not None and got.patch["metadata"]["labels"] == {PERMILLE: "249"}
 
 
 # --------------------------------------------------------------------- kubelet cache
@@ -636,10 +787,11 @@ def test_leader_labels_exactly_the_declared_swap_nodes() -> None:
         api = FakeNodes(
             node("swap", 2**30, declared="LimitedSwap"),
             node("undeclared", 2**30, {SWAP: "true", "keep": "me"}),
-            node("noswap", 2**30, {SWAP: "true"}, declared="NoSwap"),
+            node("noswap", 2**30, {SWAP: "true", PERMILLE: "62"}, declared="NoSwap"),
             node("gone", 0, {SWAP: "true"}, declared="LimitedSwap"),
             node("plain"),
-            node("other", 2**30, {SWAP: "false"}),
+            node("other", 2**30, {SWAP: "false", PERMILLE: "abc"}),
+            node("nomemory", 2**30, {PERMILLE: "62"}, declared="LimitedSwap", memory=None),
         )
         metrics = LabellerMetrics()
         labeller = Labeller(api, DEFAULT_LABEL, metrics, leading=lambda: True)
@@ -647,30 +799,66 @@ def test_leader_labels_exactly_the_declared_swap_nodes() -> None:
         assert await labeller.reconcile_pending() == 0
         assert api.configz_reads == []  # declared: no kubelet is ever asked
         assert [(n, p["metadata"].get("labels")) for n, p in api.patches] == [
-            ("gone", {SWAP: None}), ("noswap", {SWAP: None}), ("other", None),
-            ("plain", None), ("swap", {SWAP: "true"}), ("undeclared", {SWAP: None}),
+            ("gone", {SWAP: None}),
+            # A swap node whose memory capacity is not reported: a swap node, no per-mille.
+            ("nomemory", {SWAP: "true", PERMILLE: None}),
+            ("noswap", {SWAP: None, PERMILLE: None}),  # NoSwap: both labels go
+            ("other", {PERMILLE: None}),  # swapwise's own label, whatever its value
+            ("plain", None), ("swap", {SWAP: "true", PERMILLE: "62"}),
+            ("undeclared", {SWAP: None}),
         ]
         assert api.nodes["undeclared"]["metadata"]["labels"] == {"keep": "me"}
         assert api.nodes["other"]["metadata"]["labels"] == {SWAP: "false"}  # not ours
+        assert annotation(api, "nomemory") == (
+            "true: declared swapBehavior LimitedSwap, swap capacity 1073741824 bytes; no "
+            "swapwise.io/swap-permille: no memory capacity reported (status.capacity.memory) "
+            "(source: node label swapwise.io/swap-behavior)")
         assert annotation(api, "swap") == (
-            "true: declared swapBehavior LimitedSwap, swap capacity 1073741824 bytes "
+            "true: declared swapBehavior LimitedSwap, swap capacity 1073741824 bytes, "
+            "memory capacity 17179869184 bytes: swapwise.io/swap-permille=62 "
             "(source: node label swapwise.io/swap-behavior)")
         assert annotation(api, "noswap") == (
             "false: declared swapBehavior NoSwap (source: node label swapwise.io/swap-behavior)")
         assert str(annotation(api, "undeclared")).startswith(
             "false: swap capacity 1073741824 bytes but swapBehavior undeclared")
-        assert sample(metrics, "swapwise_labeller_labels_added_total") == 1
+        assert sample(metrics, "swapwise_labeller_labels_added_total") == 2
         assert sample(metrics, "swapwise_labeller_labels_removed_total") == 3
-        assert sample(metrics, "swapwise_labeller_swap_nodes") == 1
-        assert sample(metrics, "swapwise_labeller_nodes") == 6
-        assert by_reason(metrics) == {"LimitedSwap": 1, "NoSwapCapacity": 2,
+        assert sample(metrics, "swapwise_labeller_swap_nodes") == 2
+        assert sample(metrics, "swapwise_labeller_permille_nodes") == 1
+        assert sample(metrics, "swapwise_labeller_nodes") == 7
+        assert by_reason(metrics) == {"LimitedSwap": 2, "NoSwapCapacity": 2,
                                       "SwapBehaviorNoSwap": 1, "SwapBehaviorUndeclared": 2}
         # A second pass finds nothing to do: no write at all, not even the annotation.
         labeller.resync()
         await labeller.reconcile_pending()
-        assert len(api.patches) == 6
+        assert len(api.patches) == 7
 
     asyncio.run(scenario())
+
+
+def test_node_updated_log_says_what_the_permille_is_computed_from(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def scenario() -> None:
+        api = FakeNodes(node("swap", 8 * 2**30, declared="LimitedSwap"),
+                        node("nomemory", GI4, {PERMILLE: "9"}, declared="LimitedSwap",
+                             memory="lots"),
+                        node("noswap", GI4, {PERMILLE: "9"}, declared="NoSwap"))
+        labeller = Labeller(api, DEFAULT_LABEL, LabellerMetrics(), leading=lambda: True)
+        labeller.replace_all((await api.list_nodes())[0])
+        await labeller.reconcile_pending()
+
+    with caplog.at_level("INFO", logger="swapwise.labeller"):
+        asyncio.run(scenario())
+    lines = {r.__dict__["node"]: r.__dict__ for r in caplog.records
+             if r.getMessage() == "node updated"}
+    fields = ("action", "permille_action", "swap_bytes", "memory_bytes", "permille")
+    assert {name: tuple(line[f] for f in fields) for name, line in lines.items()} == {
+        "swap": ("add", "set", 8 * 2**30, 16 * 2**30, 500),
+        "nomemory": ("add", "remove", GI4, None, None),
+        "noswap": ("keep", "remove", None, None, None),
+    }
+    assert "'lots' is not a valid quantity" in lines["nomemory"]["why"]
 
 
 def test_declaring_limitedswap_later_labels_the_node() -> None:
@@ -701,10 +889,11 @@ def test_kubelet_source_asks_only_swap_nodes_and_labels_limitedswap_ones() -> No
         labeller.replace_all((await api.list_nodes())[0])
         assert await labeller.reconcile_pending() == 0
         assert sorted(api.configz_reads) == ["limited", "noswap", "unset"]
-        assert api.nodes["limited"]["metadata"]["labels"] == {SWAP: "true"}
+        assert api.nodes["limited"]["metadata"]["labels"] == {SWAP: "true", PERMILLE: "249"}
         assert api.nodes["noswap"]["metadata"]["labels"] == {}
         assert annotation(api, "limited") == (
-            "true: kubelet swapBehavior LimitedSwap, swap capacity 4294963200 bytes "
+            "true: kubelet swapBehavior LimitedSwap, swap capacity 4294963200 bytes, "
+            "memory capacity 17179869184 bytes: swapwise.io/swap-permille=249 "
             "(source: kubelet configz)")
         assert annotation(api, "noswap") == (
             "false: kubelet swapBehavior NoSwap (source: kubelet configz)")
@@ -727,7 +916,7 @@ def test_kubelet_source_asks_only_swap_nodes_and_labels_limitedswap_ones() -> No
 def test_configz_failure_changes_nothing_counts_and_retries_with_backoff(failure: Any) -> None:
     async def scenario() -> None:
         before = {SWAP_NODE_ANNOTATION: "true: earlier"}
-        api = FakeNodes(node("on", GI4, {SWAP: "true"}, annotations=before),
+        api = FakeNodes(node("on", GI4, {SWAP: "true", PERMILLE: "1"}, annotations=before),
                         node("off", GI4, annotations=before))
         api.configz = {"on": failure, "off": failure}
         metrics, clock = LabellerMetrics(), Clock()
@@ -735,7 +924,7 @@ def test_configz_failure_changes_nothing_counts_and_retries_with_backoff(failure
         labeller.replace_all((await api.list_nodes())[0])
         assert await labeller.reconcile_pending() == 2  # both stay pending
         assert api.patches == []  # neither added nor removed; annotations untouched
-        assert api.nodes["on"]["metadata"]["labels"] == {SWAP: "true"}
+        assert api.nodes["on"]["metadata"]["labels"] == {SWAP: "true", PERMILLE: "1"}
         assert labeller.pending == {"on", "off"}
         assert sample(metrics, "swapwise_labeller_kubelet_config_errors_total") == 2
         assert by_reason(metrics) == {"KubeletConfigUnavailable": 2}
@@ -754,8 +943,8 @@ def test_configz_failure_changes_nothing_counts_and_retries_with_backoff(failure
         clock.now += 1
         assert await labeller.reconcile_pending() == 0
         assert len(api.configz_reads) == 4
-        assert api.nodes["on"]["metadata"]["labels"] == {}
-        assert api.nodes["off"]["metadata"]["labels"] == {SWAP: "true"}
+        assert api.nodes["on"]["metadata"]["labels"] == {}  # both labels go
+        assert api.nodes["off"]["metadata"]["labels"] == {SWAP: "true", PERMILLE: "249"}
         assert sample(metrics, "swapwise_labeller_kubelet_config_errors_total") == 2
         assert by_reason(metrics) == {"LimitedSwap": 1, "SwapBehaviorNoSwap": 1}
 
@@ -785,13 +974,13 @@ def test_kubelet_answers_are_cached_until_resync_ttl_or_restart() -> None:
         labeller = kubelet_labeller(api, LabellerMetrics(), clock)
         labeller.replace_all((await api.list_nodes())[0])
         await labeller.reconcile_pending()
-        assert api.nodes["n"]["metadata"]["labels"] == {SWAP: "true"}
+        assert api.nodes["n"]["metadata"]["labels"] == {SWAP: "true", PERMILLE: "249"}
         # The kubelet is reconfigured; node events alone use the cached answer.
         api.configz["n"] = KUBELET_NOSWAP
         labeller.apply_event("MODIFIED", copy.deepcopy(api.nodes["n"]))
         await labeller.reconcile_pending()
         assert api.configz_reads == ["n"]
-        assert api.nodes["n"]["metadata"]["labels"] == {SWAP: "true"}
+        assert api.nodes["n"]["metadata"]["labels"] == {SWAP: "true", PERMILLE: "249"}
         # A resync reads it again, and the label goes.
         labeller.resync()
         await labeller.reconcile_pending()
@@ -807,7 +996,7 @@ def test_kubelet_answers_are_cached_until_resync_ttl_or_restart() -> None:
         labeller.apply_event("MODIFIED", copy.deepcopy(api.nodes["n"]))
         await labeller.reconcile_pending()
         assert len(api.configz_reads) == 3
-        assert api.nodes["n"]["metadata"]["labels"] == {SWAP: "true"}
+        assert api.nodes["n"]["metadata"]["labels"] == {SWAP: "true", PERMILLE: "249"}
         # A reboot (new bootID) re-reads at once.
         api.configz["n"] = KUBELET_NOSWAP
         rebooted = copy.deepcopy(api.nodes["n"])
@@ -837,7 +1026,7 @@ def test_the_reconcile_loop_resync_rereads_kubelets() -> None:
         labeller.wake.set()
         await task
         assert len(api.configz_reads) >= 3  # a long TTL does not stop the resync re-reads
-        assert api.nodes["n"]["metadata"]["labels"] == {SWAP: "true"}
+        assert api.nodes["n"]["metadata"]["labels"] == {SWAP: "true", PERMILLE: "249"}
         assert len(api.patches) == 1
 
     asyncio.run(scenario())
@@ -964,6 +1153,7 @@ def test_readiness_follows_the_cache_and_metrics_are_served() -> None:
     (["--resync", "0"], "--resync must be greater than zero"),
     (["--kubelet-config-ttl", "0"], "--kubelet-config-ttl must be greater than zero"),
     (["--kubelet-config-ttl", "nan"], "--kubelet-config-ttl must be greater than zero"),
+    (["--label", f"{PERMILLE}=true"], "is the per-mille label label-nodes always manages"),
 ])
 def test_label_nodes_refuses_bad_options_before_connecting(
     capsys: pytest.CaptureFixture[str], args: list[str], message: str

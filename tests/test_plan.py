@@ -16,8 +16,8 @@ import yaml
 
 from webhook.cli import main
 from webhook.engine.pod import MalformedPod, PodView
-from webhook.planner import Node, PlanError, plan_pod, pod_request
-from webhook.policy import default_policy
+from webhook.planner import Node, PlanError, backing_applies, plan_pod, pod_request
+from webhook.policy import PolicyError, default_policy, parse_policy
 from webhook.profile import Profile
 
 MI = 1024**2
@@ -235,6 +235,118 @@ def test_malformed_pod_is_an_error_not_a_plan() -> None:
         plan_pod(bad, DEFAULT, node)
 
 
+# ------------------------------------------------------------------------------ swap backing
+
+
+def profile(placement: str = "", **fields: Any) -> Profile:
+    """A profile through the policy loader, as the webhook gets it."""
+    body = {**fields, **({"placement": yaml.safe_load(placement)} if placement else {})}
+    policy = parse_policy(yaml.safe_dump({"apiVersion": "swapwise.io/v1alpha1",
+                                          "kind": "SwapPolicy", "profiles": {"p": body}}))
+    return policy.profiles["p"]
+
+
+def loader_knows_swap_backing() -> bool:
+    try:
+        profile("{swapBacking: 'off'}")
+    except PolicyError:
+        return False
+    return True
+
+
+def test_a_node_with_little_swap_backs_no_reshaped_pod_and_fits_none() -> None:
+    # The issue's node: 1Gi of swap on 64Gi of RAM is a swap node, at 15 per mille
+    # (1000 * 1Gi / 64Gi = 15.6): a pod reshaped for swapRatio 2 needs 1999.
+    node = Node(memory=64 * GI, swap=GI, cpu=Fraction(16))
+    result = plan_pod(guaranteed_sandbox(), DEFAULT, node)
+    assert (result.backing.need, result.backing.node_permille) == (1999, 15)
+    assert result.backing.applies and not result.backing.backed and result.backing.refused
+    # By memory 65536Mi // 683Mi = 95 would fit; the scheduler places none.
+    assert result.after.by_memory == 95
+    assert (result.after.per_node, result.after.binds) == (0, ("backing",))
+    assert result.after.nodes_for(100) is None
+    assert result.before.per_node == 32 and not result.before.unbacked  # Guaranteed: no need
+
+
+@pytest.mark.parametrize(("swap", "backed"), [(999 * GI, True), (999 * GI - 1, False)])
+def test_a_1mi_request_under_a_1000x_limit_needs_999000_per_mille(swap: int, backed: bool) -> None:
+    # requestRatio 0.001, minRequest 1Mi: limit 1000Mi -> request ceilMi(1Mi) = 1Mi.
+    # need = ceil(1000 * 999Mi / 1Mi) = 999000; the node's 1000 * 999Gi / 1Gi = 999000
+    # exactly backs it, one byte less of swap (998999.99 -> 998999) does not.
+    tiny = profile(requestRatio=0.001, minRequest="1Mi")
+    result = plan_pod(pod(container("app", request="1000Mi", limit="1000Mi")), tiny,
+                      Node(memory=GI, swap=swap, cpu=Fraction(8)))
+    assert result.containers[0].request_after == MI
+    assert result.backing.need == 999000
+    assert result.backing.node_permille == (999000 if backed else 998999)
+    assert result.backing.backed is backed
+    assert (result.after.per_node == 0) is not backed
+
+
+def test_need_is_over_changed_containers_init_and_sidecar_included() -> None:
+    sidecar = container("proxy", request="3Gi", limit="3Gi", restartPolicy="Always")
+    init = container("setup", request="1Gi", limit="1Gi")
+    untouched = container("tool", request="100Mi", limit="2Gi")  # needs 19480, not changed
+    p = pod(container("app", request="2Gi", limit="2Gi"), untouched, init=[init, sidecar])
+    # app 2Gi -> 683Mi: ceil(1000 * 1365 / 683) = 1999; setup 1Gi -> 342Mi:
+    # ceil(1000 * 682 / 342) = 1995; proxy 3Gi -> 1Gi: 1000 * 2Gi / 1Gi = 2000 exactly.
+    at_2000 = plan_pod(p, DEFAULT, Node(memory=1000 * MI, swap=2000 * MI, cpu=Fraction(8)))
+    assert [c.changed for c in at_2000.containers] == [True, True, True, False]
+    assert at_2000.backing.need == 2000 and at_2000.backing.backed
+    at_1999 = plan_pod(p, DEFAULT, Node(memory=1000 * MI, swap=1999 * MI, cpu=Fraction(8)))
+    assert at_1999.backing.node_permille == 1999 and not at_1999.backing.backed
+    assert at_1999.after.per_node == 0
+
+
+def test_a_profile_without_required_placement_is_not_held_to_backing() -> None:
+    node = Node(memory=64 * GI, swap=GI, cpu=Fraction(16))
+    for mode in ("preferred", "none"):
+        loose = profile(f"{{mode: {mode}}}")
+        assert not backing_applies(loose)
+        result = plan_pod(guaranteed_sandbox(), loose, node)
+        assert result.backing.off == f"placement.mode: {mode}"
+        assert not result.backing.applies and not result.backing.backed
+        # Not enforced: counted on resources alone, as before backing existed.
+        assert (result.after.per_node, result.after.binds) == (95, ("memory",))
+    assert backing_applies(DEFAULT)
+
+
+@pytest.mark.skipif(not loader_knows_swap_backing(),
+                    reason="the policy loader has no placement.swapBacking yet (the webhook "
+                           "side of issue 25, on its own branch)")
+def test_swap_backing_off_is_counted_on_resources_alone() -> None:
+    off = profile("{swapBacking: 'off'}")
+    assert not backing_applies(off)
+    result = plan_pod(guaranteed_sandbox(), off, Node(memory=64 * GI, swap=GI, cpu=Fraction(16)))
+    assert result.backing.off == "placement.swapBacking: off"
+    assert result.after.per_node == 95
+
+
+def test_pods_the_webhook_gives_no_swap_node_placement_are_not_held_to_backing() -> None:
+    node = Node(memory=64 * GI, swap=GI, cpu=Fraction(16))
+    pinned = guaranteed_sandbox()
+    pinned["spec"]["nodeName"] = "n1"
+    result = plan_pod(pinned, DEFAULT, node)
+    assert result.backing.need == 1999  # reshaped all the same
+    assert result.backing.off == "no swap-node placement: spec.nodeName is set"
+    assert result.after.per_node == 95
+    daemon = plan_pod(guaranteed_sandbox(), DEFAULT, node, daemonset=True)
+    assert daemon.backing.off == "no swap-node placement: a DaemonSet's pod"
+    critical = pod(container("app", request="2Gi", limit="2Gi"),
+                   priorityClassName="system-node-critical")
+    skipped = plan_pod(critical, DEFAULT, node)
+    assert skipped.backing.off == "pod left unchanged: critical pod"
+    assert skipped.backing.need == 0
+    # Request 0 and a limit: Burstable, but the kubelet gives it no swap, nor does the
+    # webhook place it (not changed, not swap-eligible).
+    zero = plan_pod(pod(container("app", request="0", limit="1Gi")), DEFAULT, node)
+    assert zero.backing.off == "no swap-node placement: no container gets swap"
+    # Placed on swap nodes, but nothing changed: the webhook requires no backing for it.
+    eligible = plan_pod(pod(container("app", request="100Mi", limit="1Gi")), DEFAULT, node)
+    assert eligible.backing.off == "no container changed, nothing to back"
+    assert eligible.backing.need == 0 and eligible.after.per_node == 110
+
+
 # ------------------------------------------------------------------------------------ CLI
 
 MANIFESTS = """\
@@ -293,7 +405,8 @@ def test_cli_json_has_the_hand_computed_numbers(
     out, err = capsys.readouterr()
     document = json.loads(out)
     assert document["node"] == {"memory": 28 * GI, "allocatableMemory": 28 * GI,
-                                "swap": 56 * GI, "cpu": 8.0, "maxPods": 110, "swapRatio": 2.0}
+                                "swap": 56 * GI, "cpu": 8.0, "maxPods": 110, "swapRatio": 2.0,
+                                "swapPermille": 2000}
     sandbox, nightly = document["workloads"]  # the ConfigMap is not a workload
     assert (sandbox["kind"], sandbox["name"], sandbox["namespace"]) == (
         "Deployment", "sandbox", "agents")
@@ -305,6 +418,14 @@ def test_cli_json_has_the_hand_computed_numbers(
     assert sandbox["after"]["byCpu"] == 80 and sandbox["after"]["binds"] == ["memory"]
     assert (sandbox["before"]["nodesNeeded"], sandbox["after"]["nodesNeeded"]) == (8, 3)
     assert sandbox["swapRatio"] == {"node": 2.0, "needed": 1365 / 683, "fits": True}
+    # need ceil(1000 * 1365Mi / 683Mi) = ceil(1998.5) = 1999 <= 2000: backed.
+    assert sandbox["backing"] == {"need": 1999, "nodePermille": 2000, "backed": True,
+                                  "applies": True, "off": None}
+    # The CronJob's container is already request < limit: swapwise changes nothing, so its
+    # placement requires no backing (its cold memory not fitting is the FITS column's).
+    assert nightly["backing"] == {"need": 0, "nodePermille": 2000, "backed": True,
+                                  "applies": False,
+                                  "off": "no container changed, nothing to back"}
     # CronJob template: 100Mi/2Gi on swap/RAM 2: share 200Mi, cold 1948Mi, needs 683Mi.
     (job,) = nightly["containers"]
     assert (job["swapShare"], job["fits"], job["fitRequest"]) == (200 * MI, False, 683 * MI)
@@ -320,7 +441,7 @@ def test_cli_table_is_aligned_and_readable(
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert lines[0] == ("node: memory 28Gi (schedulable 28Gi), swap 56Gi, cpu 8, max pods 110; "
-                        "swap/RAM 2")
+                        "swap/RAM 2; swapwise.io/swap-permille 2000")
     header = next(line for line in lines if line.lstrip().startswith("CONTAINER"))
     row = lines[lines.index(header) + 1]
     # Columns line up: each value starts where its header starts.
@@ -333,6 +454,7 @@ def test_cli_table_is_aligned_and_readable(
     assert after.index("41") == density.index("BY MEMORY")
     assert "no (needs request >= 683Mi)" in out
     assert "swapRatio: node 2, needed 1.999: cold memory fits in swap" in out
+    assert "  backing: pod needs swapwise.io/swap-permille >= 1999, node has 2000: backed\n" in out
 
 
 def test_cli_profile_and_policy_are_honoured(
@@ -351,6 +473,51 @@ def test_cli_profile_and_policy_are_honoured(
     assert sandbox["profile"] == "dense"
     assert sandbox["containers"][0]["after"]["request"] == 512 * MI
     assert sandbox["after"]["byMemory"] == 56
+
+
+def test_cli_says_when_the_node_does_not_back_the_pods(
+    manifests: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    small = ["--node-memory", "64Gi", "--node-swap", "1Gi", "--node-cpu", "16"]
+    assert main(["plan", "-f", str(manifests), *small, "-o", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["node"]["swapPermille"] == 15
+    sandbox = document["workloads"][0]
+    assert sandbox["backing"] == {"need": 1999, "nodePermille": 15, "backed": False,
+                                  "applies": True, "off": None}
+    assert sandbox["after"]["byMemory"] == 95
+    assert (sandbox["after"]["perNode"], sandbox["after"]["binds"]) == (0, ["backing"])
+    assert sandbox["after"]["nodesNeeded"] is None  # no node of this shape takes one
+    assert sandbox["before"]["perNode"] == 32
+
+    assert main(["plan", "-f", str(manifests), *small]) == 0
+    out = capsys.readouterr().out
+    after = next(line for line in out.splitlines() if line.lstrip().startswith("after"))
+    assert after.split() == ["after", "683Mi", "100m", "95", "160", "110", "0", "backing", "-"]
+    assert ("backing: pod needs swapwise.io/swap-permille >= 1999, node has 15: NOT backed: "
+            "placement requires backing, so the scheduler puts none of these pods on such a "
+            "node (fits 0)") in out
+
+
+def test_cli_says_when_backing_is_off(
+    tmp_path: Path, manifests: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(yaml.safe_dump({
+        "apiVersion": "swapwise.io/v1alpha1", "kind": "SwapPolicy",
+        "profiles": {"soft": {"placement": {"mode": "preferred"}}},
+    }))
+    args = ["plan", "-f", str(manifests), "--node-memory", "64Gi", "--node-swap", "1Gi",
+            "--node-cpu", "16", "--policy", str(policy)]
+    assert main([*args, "-o", "json"]) == 0
+    sandbox = json.loads(capsys.readouterr().out)["workloads"][0]
+    assert sandbox["backing"] == {"need": 1999, "nodePermille": 15, "backed": False,
+                                  "applies": False, "off": "placement.mode: preferred"}
+    assert sandbox["after"]["perNode"] == 95
+    assert main(args) == 0
+    assert ("backing: off (placement.mode: preferred): pod needs swapwise.io/swap-permille "
+            ">= 1999, node has 15: would NOT be backed, not enforced by the scheduler") in \
+        capsys.readouterr().out
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -11,6 +11,11 @@ Checks (``Finding.check``):
 - ``pod-not-reshaped``: a pod not in the shape its profile gives (created before the
   namespace opted in, while the webhook was down, ...), with its owner;
 - ``reshaped-pod-without-swap``: a reshaped pod bound to a node that gives no swap;
+- ``reshaped-pod-not-backed``: a reshaped pod bound to a swap node whose swap share does not
+  cover it: the node's ``swapwise.io/swap-permille`` (its label, else computed from its
+  status) is below the pod's need (:mod:`webhook.engine.backing`);
+- ``no-swap-permille-label``: reshaped pods exist but no node carries
+  ``swapwise.io/swap-permille``, so placement that requires backing places no new one;
 - ``hpa-memory-utilisation``: an HPA scaling a reshaped workload on memory utilisation;
 - ``vpa``: a VerticalPodAutoscaler targeting a reshaped workload (an action when the
   profile says ``vpaPods: skip``: the webhook order defeated it);
@@ -23,7 +28,8 @@ Checks (``Finding.check``):
 from __future__ import annotations
 
 import copy
-import json
+import math
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -31,13 +37,19 @@ from typing import Any
 
 import jsonpatch
 
-from webhook.engine import mutate_pod
-from webhook.engine.annotations import ORIGINAL_ANNOTATION, PROFILE_ANNOTATION
+from webhook.engine import backing, mutate_pod
+from webhook.engine.annotations import (
+    ORIGINAL_ANNOTATION,
+    PROFILE_ANNOTATION,
+    recorded_originals,
+)
 from webhook.engine.pod import MalformedPod, PodView
 from webhook.hpa import utilisation_warnings
+from webhook.labeller.labels import swap_permille
+from webhook.planner import backing_off
 from webhook.policy import Policy
 from webhook.profile import SWAP_LABEL, Profile
-from webhook.quantity import MI, QuantityError, format_bytes, parse_quantity
+from webhook.quantity import MAX_INT64, MI, QuantityError, format_bytes, parse_quantity
 
 NAMESPACE_LABEL = "swapwise.io/profile"
 BEHAVIOR_LABEL = "swapwise.io/swap-behavior"  # declared by node admins (docs/labeller.md)
@@ -47,9 +59,12 @@ VPA_GROUP = "autoscaling.k8s.io"
 
 CHECKS = (
     "unknown-profile", "pod-not-reshaped", "reshaped-pod-without-swap",
+    "reshaped-pod-not-backed", "no-swap-permille-label",
     "hpa-memory-utilisation", "vpa", "limitrange", "resourcequota",
     "node-swap-unlabelled", "node-labelled-without-swap",
 )
+PERMILLE_LABEL = backing.PERMILLE_LABEL
+_INT64_TEXT = re.compile(r"[+-]?[0-9]{1,25}")
 
 
 @dataclass(frozen=True)
@@ -178,31 +193,43 @@ def active(pod: dict[str, Any]) -> bool:
     return phase not in ("Succeeded", "Failed") and _meta(pod, "deletionTimestamp") is None
 
 
+def _recorded(pod: dict[str, Any]) -> dict[str, Any] | None:
+    """The containers ``swapwise.io/original`` records, read by the engine's validating
+    reader (empty without the annotation: swapwise changed no container); None when
+    anything in it is unreadable: junk is never traced back."""
+    if _annotations(pod).get(ORIGINAL_ANNOTATION) is None:
+        return {}
+    try:
+        recorded, junk = recorded_originals(PodView.parse(pod))
+    except MalformedPod:
+        return None
+    return None if junk else recorded
+
+
 def original_pod(pod: dict[str, Any]) -> dict[str, Any] | None:
     """The pod with the memory requests swapwise recorded in ``swapwise.io/original``
     put back (what it looked like before reshaping); None without a readable record."""
-    raw = _annotations(pod).get(ORIGINAL_ANNOTATION)
-    try:
-        recorded = json.loads(raw) if isinstance(raw, str) else None
-    except ValueError:
-        return None
-    if not isinstance(recorded, dict):
+    recorded = _recorded(pod)
+    if not recorded:
         return None
     before = copy.deepcopy(pod)
     spec = _dict(before.get("spec"))
     for group in ("initContainers", "containers"):
-        for container in spec.get(group) or []:
-            original = recorded.get(container.get("name")) if isinstance(container, dict) else None
-            if not isinstance(original, dict):
+        for container in spec.get(group) or []:  # the pod parsed: containers are objects
+            original = recorded.get(container["name"])
+            if original is None:
                 continue
-            resources = container.setdefault("resources", {})
+            if not isinstance(container.get("resources"), dict):  # absent or null
+                container["resources"] = {}
+            resources = container["resources"]
             for key, section in (("request", "requests"), ("limit", "limits")):
+                current = resources.get(section)
                 if key in original:
-                    resources.setdefault(section, {})["memory"] = original[key]
-                elif section == "limits" and isinstance(resources.get(section), dict):
-                    resources[section].pop("memory", None)  # added by defaultLimit
-            if "request" not in original and isinstance(resources.get("requests"), dict):
-                resources["requests"].pop("memory", None)
+                    if not isinstance(current, dict):
+                        current = resources[section] = {}
+                    current["memory"] = original[key]
+                elif isinstance(current, dict):  # a limit added by defaultLimit; a request
+                    current.pop("memory", None)  # that was not written
     return before
 
 
@@ -285,7 +312,12 @@ def audit(cluster: Cluster, policy: Policy, swap_label: tuple[str, str] = (SWAP_
     nodes = {_name(n): n for n in cluster.nodes}
 
     findings += _unshaped(pods)
-    findings += _without_swap(pods, nodes, swap_label)
+    without = _without_swap(pods, nodes, swap_label)
+    findings += without
+    unbacked, unjudged = _not_backed(pods, nodes, {(f.namespace, f.object) for f in without})
+    findings += unbacked
+    skipped += unjudged
+    findings += _no_permille_label(pods, cluster.nodes)
     findings += _hpas(cluster.hpas, pods, profiles)
     if cluster.vpas is None:
         skipped.append(f"vpa: the {VPA_GROUP} API is not served by this cluster")
@@ -369,6 +401,141 @@ def _without_swap(
                 owner=pod.owner_ref, details={"node": node_name, "reasons": reasons},
             ))
     return findings
+
+
+def label_permille(value: Any) -> int | None:
+    """A ``swapwise.io/swap-permille`` label value as the scheduler reads it for ``Gt``
+    (``strconv.ParseInt(value, 10, 64)``); None when it cannot."""
+    if not isinstance(value, str) or not _INT64_TEXT.fullmatch(value):
+        return None
+    number = int(value)
+    return number if -MAX_INT64 - 1 <= number <= MAX_INT64 else None
+
+
+@dataclass(frozen=True)
+class NodePermille:
+    """A node's per-mille as the audit knows it: from its label, else its status."""
+
+    value: int | None  # None: neither gives one
+    source: str  # "label" | "status" | ""
+    text: str  # where it comes from, for the message
+
+    @classmethod
+    def of(cls, node: dict[str, Any]) -> NodePermille:
+        labels = _labels(node)
+        if PERMILLE_LABEL in labels:
+            raw = labels[PERMILLE_LABEL]
+            value = label_permille(raw)
+            if value is not None:
+                return cls(value, "label", f"its label {PERMILLE_LABEL}")
+            missing = (f"its label {PERMILLE_LABEL}={str(raw)[:40]!r} is not an integer the "
+                       "scheduler can compare")
+        else:
+            missing = f"it has no label {PERMILLE_LABEL}"
+        computed = swap_permille(node)
+        if computed.value is None:
+            return cls(None, "", f"{missing}, and {computed.problem}")
+        return cls(computed.value, "status",
+                   f"computed from its status: swap {computed.swap} bytes, memory "
+                   f"{computed.memory} bytes; {missing}")
+
+
+def pod_need(pod: dict[str, Any]) -> tuple[int, dict[str, int]] | str:
+    """The need of a running reshaped pod, and of each container counted: its current
+    containers that swapwise changed (named in ``swapwise.io/original``, read by the
+    engine's validating reader) whose request is below their limit. Why it cannot be
+    known instead, when the pod or the annotation is unreadable: junk is never traced back.
+    """
+    try:
+        view = PodView.parse(pod)
+    except MalformedPod as exc:
+        return f"the pod cannot be read ({exc})"
+    if view.annotations.get(ORIGINAL_ANNOTATION) is None:
+        return 0, {}  # swapwise changed no container (it added placement only)
+    recorded, junk = recorded_originals(view)
+    if junk:
+        return (f"its {ORIGINAL_ANNOTATION} annotation is unreadable, so which containers "
+                "swapwise changed is not known")
+    pairs: dict[str, tuple[int, int]] = {}
+    for container in view.containers:
+        request, limit = container.memory_request, container.memory_limit
+        if container.name in recorded and request is not None and limit is not None \
+                and 0 < request < limit:
+            # Whole bytes, as the kubelet reads quantities (Value() rounds up).
+            pairs[container.name] = (math.ceil(request), math.ceil(limit))
+    needs = {name: backing.container_need(*pair) for name, pair in pairs.items()}
+    return backing.pod_need(pairs.values()), needs
+
+
+def _not_backed(
+    pods: list[_Pod], nodes: dict[str, dict[str, Any]], reported: set[tuple[str | None, str]],
+) -> tuple[list[Finding], list[str]]:
+    """Reshaped pods on nodes whose swap share does not cover them (and what could not be
+    judged, for ``skipped``); pods already reported without swap are left out."""
+    findings: list[Finding] = []
+    unjudged: list[str] = []
+    for pod in pods:
+        spec = pod.obj.get("spec")
+        node_name = spec.get("nodeName") if isinstance(spec, dict) else None
+        node = nodes.get(node_name) if isinstance(node_name, str) else None
+        if not pod.reshaped or node is None or (pod.namespace, pod.ref) in reported:
+            continue
+        where = f"{pod.namespace}/{_name(pod.obj)}"
+        needed = pod_need(pod.obj)
+        if isinstance(needed, str):
+            unjudged.append(f"reshaped-pod-not-backed: Pod {where}: {needed}")
+            continue
+        need, containers = needed
+        permille = NodePermille.of(node)
+        if permille.value is None:
+            unjudged.append(f"reshaped-pod-not-backed: Pod {where} on node {node_name}: "
+                            f"{permille.text}")
+            continue
+        if backing.backed(need, permille.value):
+            continue
+        off = backing_off(pod.profile)
+        worst = max(containers, key=lambda name: containers[name])
+        if off is None:
+            consequence = ("its placement requires backing, so the scheduler would not put it "
+                           "there now (it was placed before the node's swap or memory changed "
+                           "or before backing, or pinned by spec.nodeName): re-create it so "
+                           "that it lands on a node that backs it, or give this node more swap")
+        else:
+            consequence = (f"backing is off for profile {pod.profile.name} ({off}), so nothing "
+                           "keeps such pods off this node")
+        findings.append(Finding(
+            "reshaped-pod-not-backed", pod.namespace, pod.ref,
+            f"needs swap-permille >= {need} (container {worst}) but runs on node {node_name}, "
+            f"whose swap-permille is {permille.value} ({permille.text}): the swap the kubelet "
+            f"gives it does not hold all its memory above the request, so it can be "
+            f"OOM-killed under memory pressure; {consequence}",
+            action=off is None, owner=pod.owner_ref,
+            details={"node": node_name, "need": need, "containers": containers,
+                     "nodePermille": permille.value, "permilleSource": permille.source,
+                     "backingApplies": off is None},
+        ))
+    return findings, unjudged
+
+
+def _no_permille_label(pods: list[_Pod], nodes: list[dict[str, Any]]) -> list[Finding]:
+    """Reshaped pods exist (active, in opted-in namespaces) and no node carries the
+    per-mille label at all."""
+    reshaped = [pod for pod in pods if pod.reshaped]
+    if not reshaped or any(PERMILLE_LABEL in _labels(node) for node in nodes):
+        return []
+    requiring = sorted({pod.profile.name for pod in reshaped if backing_off(pod.profile) is None})
+    if requiring:
+        message = (f"no node carries the label {PERMILLE_LABEL}, and {len(reshaped)} reshaped "
+                   f"pod(s) exist: profile(s) {', '.join(requiring)} require swap backing "
+                   "(placement.swapBacking: required, the default), so every new reshaped pod "
+                   "of theirs stays Pending; run swapwise label-nodes (chart: "
+                   "labeller.enabled: true), or set placement.swapBacking: off")
+    else:
+        message = (f"no node carries the label {PERMILLE_LABEL}, and {len(reshaped)} reshaped "
+                   "pod(s) exist; no profile of theirs requires swap backing, so they are placed "
+                   "without it (run swapwise label-nodes before turning it on)")
+    return [Finding("no-swap-permille-label", None, "Node/*", message, action=bool(requiring),
+                    details={"reshapedPods": len(reshaped), "profiles": requiring})]
 
 
 def _by_workload(pods: list[_Pod]) -> dict[tuple[str, str, str], _Pod]:

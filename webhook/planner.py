@@ -14,6 +14,11 @@ disagree with what admission will do. The formulas mirror the components that de
 
 Which container gets swap is :func:`~webhook.engine.pod.gets_swap`, the rule the webhook's
 placement uses too.
+
+Swap backing (:mod:`webhook.engine.backing`): the pod's ``need`` (the largest, over the
+containers swapwise changes, of ceil(1000 * (limit - request) / request)) against the node's
+``swapwise.io/swap-permille``. Where the profile's placement requires backing, the scheduler
+puts none of the pods on a node that does not back them, so such a node fits 0.
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ from typing import Any
 
 import jsonpatch
 
-from webhook.engine import mutate_pod
+from webhook.engine import backing, mutate_pod
+from webhook.engine.mutate import Mutation, uses_swap
 from webhook.engine.pod import ContainerView, MalformedPod, PodView
 from webhook.overhead import NO_OVERHEAD, Overhead, RuntimeClass, pod_overhead
 from webhook.profile import Profile
@@ -74,9 +80,14 @@ class Node:
         """Node swap ÷ node RAM: the ``swapRatio`` whose requests exactly fit this node."""
         return Fraction(self.swap, self.memory)
 
+    @property
+    def permille(self) -> int:
+        """The ``swapwise.io/swap-permille`` label ``label-nodes`` gives a node of this shape."""
+        return backing.node_permille(self.swap, self.memory)
+
     def swap_share(self, request: int) -> int:
         """Swap the kubelet gives a swap-eligible container with this memory request."""
-        return request * self.swap // self.memory
+        return backing.swap_share(request, self.swap, self.memory)
 
     def fit_request(self, limit: int) -> int:
         """Smallest whole-MiB request whose swap share holds the cold memory of ``limit``."""
@@ -124,12 +135,58 @@ class ContainerPlan:
         return Fraction(self.cold, self.request_after)
 
 
+def backing_applies(profile: Profile) -> bool:
+    """Does ``profile``'s placement require swap backing (``placement.mode: required`` and
+    ``placement.swapBacking: required``)?"""
+    return backing_off(profile) is None
+
+
+def backing_off(profile: Profile) -> str | None:
+    """Why ``profile``'s placement does not require swap backing; None when it does."""
+    placement = profile.placement
+    if placement.mode != "required":
+        return f"placement.mode: {placement.mode}"
+    # placement.swap_backing comes with the webhook's side of issue 25: until both are
+    # merged, a Placement without it reads as its default, "required".
+    if getattr(placement, "swap_backing", "required") != "required":
+        return "placement.swapBacking: off"
+    return None
+
+
+@dataclass(frozen=True)
+class Backing:
+    """The pod's need against the node's per-mille, and whether the scheduler enforces it.
+
+    ``off`` says why it is not enforced for this pod (None when it is): the profile turns it
+    off, or the webhook adds no swap-node placement to the pod at all.
+    """
+
+    need: int  # per mille of a request, the largest over the containers swapwise changes
+    node_permille: int
+    off: str | None
+
+    @property
+    def applies(self) -> bool:
+        return self.off is None
+
+    @property
+    def backed(self) -> bool:
+        return backing.backed(self.need, self.node_permille)
+
+    @property
+    def refused(self) -> bool:
+        """The scheduler places none of these pods on this node."""
+        return self.applies and not self.backed
+
+
 @dataclass(frozen=True)
 class Density:
     """How many of one pod a node holds, per resource, and which one runs out first.
 
     ``memory_request`` and ``cpu_request`` are what the scheduler reserves: the pod's
-    requests plus its overhead (``overhead_memory``, ``overhead_cpu``).
+    requests plus its overhead (``overhead_memory``, ``overhead_cpu``). ``unbacked``: the
+    node does not back the pod and its placement requires backing, so it holds none
+    (``backing`` is then the count that binds, at 0).
     """
 
     memory_request: int
@@ -139,10 +196,12 @@ class Density:
     by_pods: int
     overhead_memory: int = 0
     overhead_cpu: Fraction = Fraction(0)
+    unbacked: bool = False
 
     @property
     def counts(self) -> dict[str, int]:
-        counts = {"memory": self.by_memory, "cpu": self.by_cpu, "pods": self.by_pods}
+        counts = {"memory": self.by_memory, "cpu": self.by_cpu, "pods": self.by_pods,
+                  "backing": 0 if self.unbacked else None}
         return {name: count for name, count in counts.items() if count is not None}
 
     @property
@@ -167,6 +226,7 @@ class PodPlan:
     swap_ratio: Fraction  # the node's swap / RAM
     warnings: tuple[str, ...]
     skipped: str | None  # why swapwise leaves the pod as it is
+    backing: Backing
     overhead: Overhead = NO_OVERHEAD  # in before and after; no container's swap covers it
 
     @property
@@ -211,7 +271,8 @@ def pod_request(view: PodView, resource: str) -> Fraction:
     return max(total, init_peak)
 
 
-def density(view: PodView, node: Node, overhead: Overhead = NO_OVERHEAD) -> Density:
+def density(view: PodView, node: Node, overhead: Overhead = NO_OVERHEAD,
+            unbacked: bool = False) -> Density:
     """Pods per node; the scheduler adds the pod overhead to the requests."""
     memory = math.ceil(pod_request(view, "memory")) + overhead.memory
     cpu = pod_request(view, "cpu") + overhead.cpu
@@ -223,7 +284,28 @@ def density(view: PodView, node: Node, overhead: Overhead = NO_OVERHEAD) -> Dens
         by_pods=node.max_pods,
         overhead_memory=overhead.memory,
         overhead_cpu=overhead.cpu,
+        unbacked=unbacked,
     )
+
+
+def _backing(view: PodView, mutation: Mutation, profile: Profile, node: Node,
+             daemonset: bool | None) -> Backing:
+    """The pod's need on ``node``, and whether its placement will require backing: only
+    where the webhook adds swap-node placement (the engine's own condition) to a pod it
+    changes, and the profile requires backing."""
+    need = backing.pod_need((change.request, change.limit) for change in mutation.changes)
+    off = backing_off(profile)
+    if mutation.skipped is not None:
+        off = f"pod left unchanged: {mutation.skipped}"
+    elif view.spec.get("nodeName"):
+        off = "no swap-node placement: spec.nodeName is set"
+    elif daemonset if daemonset is not None else view.owned_by_daemonset():
+        off = "no swap-node placement: a DaemonSet's pod"
+    elif not uses_swap(view, mutation.changes):
+        off = "no swap-node placement: no container gets swap"
+    elif not mutation.changes:  # the webhook requires backing for what it changes only
+        off = "no container changed, nothing to back"
+    return Backing(need, node.permille, off)
 
 
 def _container_plan(
@@ -271,12 +353,14 @@ def plan_pod(
             before.containers, after.containers, after.swap_eligible(), strict=True
         )
     )
+    backed = _backing(before, mutation, profile, node, daemonset)
     return PodPlan(
         containers=containers,
         before=density(before, node, overhead),
-        after=density(after, node, overhead),
+        after=density(after, node, overhead, unbacked=backed.refused),
         swap_ratio=node.swap_ratio,
         warnings=(*mutation.warnings, *warnings),
         skipped=mutation.skipped,
+        backing=backed,
         overhead=overhead,
     )

@@ -35,6 +35,7 @@ pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
 GI = 1024**3
+PERMILLE = "swapwise.io/swap-permille"
 POLICY = """\
 apiVersion: swapwise.io/v1alpha1
 kind: SwapPolicy
@@ -236,16 +237,21 @@ def test_audit_end_to_end(cluster: tuple[ControlPlane, Audit]) -> None:
     assert found[("node-labelled-without-swap", None, "Node/liar")]["action"] is True
     assert found[("node-swap-unlabelled", None, "Node/unlabelled")]["action"] is True
     assert found[("node-swap-unlabelled", None, "Node/noswap")]["action"] is False
+    # Reshaped pods exist and no node carries swapwise.io/swap-permille (no label-nodes here):
+    # the default profile requires backing, so new reshaped pods would stay Pending.
+    permille = found[("no-swap-permille-label", None, "Node/*")]
+    assert permille["action"] is True
+    assert permille["details"] == {"reshapedPods": 2, "profiles": ["default"]}
     # Nothing about what is healthy: the reshaped web pod, the swap and plain nodes.
     objects = {f["object"] for f in report["findings"]}
     assert not objects & {f"Pod/{web[0]['metadata']['name']}", "Node/swap-a", "Node/plain-a"}
-    assert len(report["findings"]) == 10, report["findings"]
+    assert len(report["findings"]) == 11, report["findings"]
 
     # The table says the same.
     table = audit.run()
     assert table.returncode == 1
     assert table.stdout.startswith(f"policy: {audit.policy}\n")
-    assert "10 finding(s), 9 needing action" in table.stdout
+    assert "11 finding(s), 10 needing action" in table.stdout
     assert re.search(r"^hpa-memory-utilisation +team +HorizontalPodAutoscaler/web +"
                      r"Deployment/web +yes$", table.stdout, re.M), table.stdout
 
@@ -280,3 +286,58 @@ def test_audit_read_only_rbac_is_enough_and_needed(cluster: tuple[ControlPlane, 
     finally:
         cp.kubectl("create", "clusterrolebinding", "auditor", "--clusterrole",
                    "swapwise-audit", "--serviceaccount", "default:auditor")
+
+
+def test_audit_reshaped_pods_on_nodes_that_do_not_back_them(
+    cluster: tuple[ControlPlane, Audit],
+) -> None:
+    """Pods reshaped by the real webhook, bound to swap nodes whose share does not cover
+    them: the per-mille from the node's label, or from its status when it has none."""
+    cp, audit = cluster
+    # swap-a labelled as label-nodes would (1000 * 32Gi / 16Gi): it backs the web pod
+    # (need 1999), which is then bound there, and the cluster-wide finding goes.
+    cp.kubectl("label", "node", "swap-a", f"{PERMILLE}=2000")
+    web = cp.wait_for(lambda: [p for p in pods_of(cp, "team", "web")
+                               if p["spec"].get("nodeName") == "swap-a"],
+                      what="the web pod bound to swap-a")
+    code, report = audit.json()
+    assert not [f for f in report["findings"] if f["check"] == "no-swap-permille-label"
+                or f["object"] == f"Pod/{web[0]['metadata']['name']}"], report["findings"]
+
+    # 1Gi of swap on 64Gi of RAM: 1000 * 1Gi / 64Gi = 15.6 -> 15, far below 1999.
+    cp.create_node("small", "64Gi", "8", {SWAP_LABEL: "true", PERMILLE: "15"},
+                   swap_capacity=GI)
+    cp.create_node("small-unlabelled", "64Gi", "8", {SWAP_LABEL: "true"}, swap_capacity=GI)
+    for name, node in (("on-small", "small"), ("on-unlabelled", "small-unlabelled"),
+                       ("junk", "small")):
+        cp.apply(json.dumps({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "team"},
+            "spec": {"nodeName": node, "containers": [container("app", "2Gi")]}}))
+        pod = cp.get_json("pod", name, "-n", "team")
+        assert pod["spec"]["containers"][0]["resources"]["requests"]["memory"] == "683Mi"
+    cp.kubectl("annotate", "pod", "junk", "-n", "team", "--overwrite",
+               'swapwise.io/original={"app": {"request": 2048}}')
+
+    code, report = audit.json()
+    assert code == 1
+    found = {f["object"]: f for f in report["findings"]
+             if f["check"] == "reshaped-pod-not-backed"}
+    assert sorted(found) == ["Pod/on-small", "Pod/on-unlabelled"]
+    assert found["Pod/on-small"]["details"] == {
+        "node": "small", "need": 1999, "containers": {"app": 1999}, "nodePermille": 15,
+        "permilleSource": "label", "backingApplies": True}
+    assert found["Pod/on-small"]["action"] is True
+    unlabelled = found["Pod/on-unlabelled"]
+    assert (unlabelled["details"]["nodePermille"], unlabelled["details"]["permilleSource"]) == (
+        15, "status")
+    assert "computed from its status: swap 1073741824 bytes, memory 68719476736 bytes; it " \
+        "has no label swapwise.io/swap-permille" in unlabelled["message"]
+    assert ("reshaped-pod-not-backed: Pod team/junk: its swapwise.io/original annotation is "
+            "unreadable, so which containers swapwise changed is not known") in report["skipped"]
+
+    table = audit.run()
+    assert re.search(r"^reshaped-pod-not-backed +team +Pod/on-small +- +yes$", table.stdout,
+                     re.M), table.stdout
+    assert "needs swap-permille >= 1999 (container app) but runs on node small, whose " \
+        "swap-permille is 15 (its label swapwise.io/swap-permille)" in table.stdout
+    assert "skipped: reshaped-pod-not-backed: Pod team/junk:" in table.stdout

@@ -38,6 +38,7 @@ REPO = Path(__file__).resolve().parents[2]
 GI = 1024**3
 BEHAVIOR = "swapwise.io/swap-behavior"
 ANNOTATION = "swapwise.io/swap-node"
+PERMILLE = "swapwise.io/swap-permille"  # one key for every labeller: the value is the node's
 LIMITED = {BEHAVIOR: "LimitedSwap"}  # what the node admin sets with kubelet --node-labels
 # Short election timing so takeovers take seconds (defaults: 15 / 10 / 2).
 TIMING = ["--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "0.5"]
@@ -174,8 +175,8 @@ def test_label_follows_swap_capacity(control_plane: ControlPlane) -> None:
         assert labels(cp, "follow-swap")["team"] == "a"  # other labels untouched
         assert labels(cp, "follow-plain")["team"] == "b"
         assert annotation(cp, "follow-swap") == (
-            f"true: declared swapBehavior LimitedSwap, swap capacity {8 * GI} bytes "
-            f"(source: node label {BEHAVIOR})"
+            f"true: declared swapBehavior LimitedSwap, swap capacity {8 * GI} bytes, memory "
+            f"capacity {16 * GI} bytes: {PERMILLE}=500 (source: node label {BEHAVIOR})"
         )
         assert annotation(cp, "follow-plain") == (
             "false: no swap capacity reported (status.nodeInfo.swap.capacity)"
@@ -199,6 +200,80 @@ def test_label_follows_swap_capacity(control_plane: ControlPlane) -> None:
         assert metrics["swapwise_labeller_reconcile_errors_total"] == 0
         assert metrics["swapwise_labeller_is_leader"] == 1
         assert lease(cp, "labeller-follow")["holderIdentity"] == "follow"
+    finally:
+        labeller.stop()
+
+
+def set_status(cp: ControlPlane, node: str, status: dict[str, Any]) -> None:
+    """A merge patch of the node's status, through the status subresource."""
+    cp.kubectl("patch", "node", node, "--subresource=status", "--type=merge", "-p",
+               json.dumps({"status": status}))
+
+
+def wait_permille(cp: ControlPlane, node: str, value: str | None) -> None:
+    cp.wait_for(lambda: labels(cp, node).get(PERMILLE) == value, 20,
+                what=f"{PERMILLE}={value} on node {node}")
+
+
+def test_swap_permille_follows_swap_and_memory_capacity(control_plane: ControlPlane) -> None:
+    """The per-mille label: its value from the node's status, kept current through /status
+    changes, gone when the node is no longer a swap node or its memory is not reported."""
+    cp = control_plane
+    key = "e2e.swapwise.io/swap-permille"
+    cp.create_node("permille-a", memory="16Gi", cpu="8", labels=LIMITED, swap_capacity=8 * GI)
+    # The harness node's figures: 1000 * 4294963200 / (2012108 * 1024) = 2084.5.
+    cp.create_node("permille-b", memory="2012108Ki", cpu="2", labels=LIMITED,
+                   swap_capacity=4294963200)
+    # A per-mille left on a node that has no swap (e.g. by hand): swapwise's label, removed.
+    cp.create_node("permille-stale", memory="16Gi", cpu="8", labels={**LIMITED, PERMILLE: "2000"})
+    labeller = LabellerProcess(cp, "permille", key, "labeller-permille").start()
+    try:
+        wait_permille(cp, "permille-a", "500")
+        wait_permille(cp, "permille-b", "2084")
+        wait_permille(cp, "permille-stale", None)
+        assert labels(cp, "permille-a")[key] == "true"
+        assert annotation(cp, "permille-b") == (
+            "true: declared swapBehavior LimitedSwap, swap capacity 4294963200 bytes, memory "
+            f"capacity 2060398592 bytes: {PERMILLE}=2084 (source: node label {BEHAVIOR})"
+        )
+
+        set_swap(cp, "permille-a", 4 * GI)  # the kubelet restarted with less swap
+        wait_permille(cp, "permille-a", "250")
+        set_status(cp, "permille-a", {"capacity": {"memory": "32Gi"}})  # more RAM
+        wait_permille(cp, "permille-a", "125")
+        assert f"memory capacity {32 * GI} bytes: {PERMILLE}=125" in str(
+            annotation(cp, "permille-a"))
+
+        # Memory capacity no longer reported: still a swap node, no per-mille, and why.
+        set_status(cp, "permille-b", {"capacity": {"memory": None}})
+        wait_permille(cp, "permille-b", None)
+        assert labels(cp, "permille-b")[key] == "true"
+        assert annotation(cp, "permille-b") == (
+            "true: declared swapBehavior LimitedSwap, swap capacity 4294963200 bytes; no "
+            f"{PERMILLE}: no memory capacity reported (status.capacity.memory) "
+            f"(source: node label {BEHAVIOR})"
+        )
+        set_status(cp, "permille-b", {"capacity": {"memory": "4Gi"}})
+        wait_permille(cp, "permille-b", "999")  # 4294963200000 / 4294967296 = 999.999
+
+        # Declared NoSwap: not a swap node any more, both labels go; back, both return.
+        cp.kubectl("label", "node", "permille-a", f"{BEHAVIOR}=NoSwap", "--overwrite")
+        wait_permille(cp, "permille-a", None)
+        assert key not in labels(cp, "permille-a")
+        cp.kubectl("label", "node", "permille-a", f"{BEHAVIOR}=LimitedSwap", "--overwrite")
+        wait_permille(cp, "permille-a", "125")
+        set_swap(cp, "permille-a", None)  # swap turned off
+        wait_permille(cp, "permille-a", None)
+        wait_label(cp, "permille-a", key, False)
+
+        nodes = cp.get_json("nodes")["items"]
+        carrying = sum(PERMILLE in (n["metadata"].get("labels") or {}) for n in nodes)
+        cp.wait_for(lambda: labeller.metrics()["swapwise_labeller_permille_nodes"] == carrying,
+                    10, what=f"permille_nodes gauge {carrying}")
+        log = labeller.component.tail(400)
+        assert '"node": "permille-a"' in log and '"permille": 250' in log
+        assert f'"swap_bytes": {4 * GI}, "memory_bytes": {16 * GI}' in log
+        assert labeller.metrics()["swapwise_labeller_reconcile_errors_total"] == 0
     finally:
         labeller.stop()
 
@@ -232,8 +307,8 @@ def test_a_node_declared_noswap_is_not_labelled_and_its_annotation_says_why(
         cp.kubectl("label", "node", "declared-noswap", f"{BEHAVIOR}=LimitedSwap", "--overwrite")
         wait_label(cp, "declared-noswap", key, True)
         assert annotation(cp, "declared-noswap") == (
-            f"true: declared swapBehavior LimitedSwap, swap capacity {8 * GI} bytes "
-            f"(source: node label {BEHAVIOR})"
+            f"true: declared swapBehavior LimitedSwap, swap capacity {8 * GI} bytes, memory "
+            f"capacity {16 * GI} bytes: {PERMILLE}=500 (source: node label {BEHAVIOR})"
         )
         expected = len(swap_nodes(cp))
         cp.wait_for(

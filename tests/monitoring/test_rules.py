@@ -105,6 +105,7 @@ def test_dashboard_shape() -> None:
                    "swapwise_labeller_reconcile_errors_total",
                    "swapwise_labeller_watch_restarts_total", "swapwise_labeller_is_leader",
                    "swapwise_labeller_nodes", "swapwise_labeller_swap_nodes",
+                   "swapwise_labeller_permille_nodes",
                    "swapwise_labeller_nodes_by_reason",
                    "swapwise_labeller_kubelet_config_errors_total",
                    "node_swap_usage_bytes", "container_swap_usage_bytes",

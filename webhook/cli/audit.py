@@ -21,7 +21,8 @@ def register(subcommands: Any) -> None:
     parser = subcommands.add_parser(
         "audit",
         help="report what in the cluster needs action: pods not reshaped, reshaped pods "
-             "without swap, HPAs/VPAs, LimitRanges/quotas, swap label vs nodes (read-only)",
+             "without swap or on nodes that do not back them, HPAs/VPAs, LimitRanges/quotas, "
+             "swap labels vs nodes (read-only)",
     )
     parser.add_argument("--kubeconfig",
                         help="kubeconfig file (default: in-cluster, else $KUBECONFIG or "

@@ -1,7 +1,8 @@
 """``swapwise label-nodes``: the controller that keeps the swap label true to the nodes.
 
 A swap node has swap capacity and a kubelet running ``swapBehavior: LimitedSwap``; where the
-behaviour is learnt from is ``--swap-behavior-source`` (see docs/labeller.md).
+behaviour is learnt from is ``--swap-behavior-source`` (see docs/labeller.md). Swap nodes
+also get ``swapwise.io/swap-permille``, their swap capacity per mille of their memory.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ def register(subcommands: Any) -> None:
     parser = subcommands.add_parser(
         "label-nodes",
         help="label exactly the swap nodes: swap capacity and kubelet swapBehavior "
-             "LimitedSwap (controller, leader-elected)",
+             "LimitedSwap, with swapwise.io/swap-permille (controller, leader-elected)",
     )
     parser.add_argument("--kubeconfig",
                         help="kubeconfig file (default: in-cluster, else $KUBECONFIG or "
@@ -58,6 +59,7 @@ def register(subcommands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # The Kubernetes client is only needed by this command: import it here.
+    from webhook.engine.backing import PERMILLE_LABEL
     from webhook.labeller.labels import Label, LabelError
     from webhook.labeller.lease import Timing
     from webhook.labeller.run import LabellerOptions, default_identity, serve
@@ -69,9 +71,13 @@ def run(args: argparse.Namespace) -> int:
     if not args.kubelet_config_ttl > 0:  # NaN too
         return fail("--kubelet-config-ttl must be greater than zero")
     try:
+        label = Label.parse(args.label)
+        if label.key == PERMILLE_LABEL:
+            raise LabelError(f"{args.label!r}: {PERMILLE_LABEL} is the per-mille label "
+                             "label-nodes always manages; choose another swap label")
         options = LabellerOptions(
             kubeconfig=args.kubeconfig,
-            label=Label.parse(args.label),
+            label=label,
             lease_name=args.lease_name,
             lease_namespace=args.lease_namespace,
             identity=args.identity or default_identity(),

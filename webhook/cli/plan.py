@@ -2,9 +2,11 @@
 
 Reads manifests like ``preview`` (same profile choice, same engine), then prints per
 workload the memory before/after, each container's swap share and whether its cold
-memory fits it, the pod overhead of its RuntimeClass, and pods per node by memory, CPU and
-max pods, before and after. The math lives in :mod:`webhook.planner` and
-:mod:`webhook.overhead`; this module only reads input and formats output.
+memory fits it, the pod overhead of its RuntimeClass, pods per node by memory, CPU and
+max pods, before and after, and swap backing: the pod's need against the node's
+per-mille (a node that does not back the pod, where placement requires backing, fits 0).
+The math lives in :mod:`webhook.planner` and :mod:`webhook.overhead`; this module only reads
+input and formats output.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import jsonpatch
 
 from webhook.cli.common import CommandError, choose_profile, fail, policy_from, read_documents
 from webhook.engine import mutate_pod
+from webhook.engine.backing import PERMILLE_LABEL
 from webhook.engine.pod import MalformedPod
 from webhook.hpa import HpaWarning, manifest_warnings
 from webhook.overhead import (
@@ -30,7 +33,15 @@ from webhook.overhead import (
     collect_runtime_classes,
     is_runtime_class,
 )
-from webhook.planner import DEFAULT_MAX_PODS, ContainerPlan, Density, Node, PlanError, PodPlan
+from webhook.planner import (
+    DEFAULT_MAX_PODS,
+    Backing,
+    ContainerPlan,
+    Density,
+    Node,
+    PlanError,
+    PodPlan,
+)
 from webhook.planner import plan_pod as plan_one_pod
 from webhook.policy import Policy
 from webhook.quantity import MI, QuantityError, format_bytes, parse_bytes, parse_quantity
@@ -230,11 +241,26 @@ def _verdict(result: PodPlan) -> str:
             "marked above, or use a node with more swap")
 
 
+def backing_line(backing: Backing) -> str:
+    """One line: the pod's need, the node's per-mille, and what the scheduler does with them."""
+    figures = (f"pod needs {PERMILLE_LABEL} >= {backing.need}, node has "
+               f"{backing.node_permille}")
+    if backing.applies and backing.backed:
+        return f"backing: {figures}: backed"
+    if backing.applies:
+        return (f"backing: {figures}: NOT backed: placement requires backing, so the scheduler "
+                "puts none of these pods on such a node (fits 0); give the node swap of at "
+                f"least {backing.need} per mille of its memory, or lower the profile's swapRatio")
+    verdict = "would be backed" if backing.backed else "would NOT be backed"
+    return (f"backing: off ({backing.off}): {figures}: {verdict}, not enforced by the "
+            "scheduler (pods per node counted on resources alone)")
+
+
 def render_table(node: Node, plans: list[WorkloadPlan]) -> str:
     lines = [
         f"node: memory {_size(node.memory)} (schedulable {_size(node.schedulable_memory)}), "
         f"swap {_size(node.swap)}, cpu {_cores(node.cpu)}, max pods {node.max_pods}; "
-        f"swap/RAM {_ratio(node.swap_ratio)}",
+        f"swap/RAM {_ratio(node.swap_ratio)}; {PERMILLE_LABEL} {node.permille}",
     ]
     for item in plans:
         result = item.pod
@@ -263,6 +289,7 @@ def render_table(node: Node, plans: list[WorkloadPlan]) -> str:
         rows.append(_density_row("after", result.after, item.replicas))
         lines += ["", *_align(rows)]
         lines.append(f"  {_verdict(result)}")
+        lines.append(f"  {backing_line(result.backing)}")
     return "\n".join(lines) + "\n"
 
 
@@ -330,6 +357,14 @@ def render_json(node: Node, plans: list[WorkloadPlan]) -> str:
                 "needed": _float(result.needed_swap_ratio),
                 "fits": result.fits,
             },
+            # after.perNode is 0 when the node does not back the pod and backing applies.
+            "backing": {
+                "need": result.backing.need,
+                "nodePermille": result.backing.node_permille,
+                "backed": result.backing.backed,
+                "applies": result.backing.applies,
+                "off": result.backing.off,
+            },
         })
     document = {
         "node": {
@@ -339,6 +374,7 @@ def render_json(node: Node, plans: list[WorkloadPlan]) -> str:
             "cpu": float(node.cpu),
             "maxPods": node.max_pods,
             "swapRatio": float(node.swap_ratio),
+            "swapPermille": node.permille,
         },
         "workloads": workloads,
     }

@@ -100,6 +100,8 @@ class Labeller:
         """The judgement gauges; called when verdicts change, not on every node event."""
         counts = Counter(v.reason for v in self.verdicts.values())
         self.metrics.swap_nodes.set(sum(v.swap is True for v in self.verdicts.values()))
+        self.metrics.permille_nodes.set(
+            sum(v.permille_value is not None for v in self.verdicts.values()))
         for reason in Reason:
             self.metrics.nodes_by_reason.labels(reason=reason.value).set(counts[reason])
 
@@ -220,9 +222,15 @@ class Labeller:
                 self.metrics.labels_added.inc()
             elif change.label == "remove":
                 self.metrics.labels_removed.inc()
+            permille = verdict.permille
             log.info("node updated", extra={
                 "node": name, "label": str(self.label), "action": change.label,
                 "swap_node": verdict.swap, "reason": verdict.reason.value,
+                "permille_action": change.permille,
+                # What the per-mille label is computed from (swap nodes only).
+                "swap_bytes": permille.swap if permille else None,
+                "memory_bytes": permille.memory if permille else None,
+                "permille": verdict.permille_value,
                 "why": verdict.message,
             })
         self.pending |= failed

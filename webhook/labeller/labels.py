@@ -6,6 +6,11 @@ reports swap capacity above zero. Capacity alone is not enough: the kubelet's de
 ``NoSwap``, and such a node reports capacity yet gives pods no swap. Kept free of any client
 so every case (no status, capacity 0, behaviour undeclared, unreadable, a label with
 another value) is a plain unit test.
+
+A swap node also carries ``swapwise.io/swap-permille``: floor(1000 * swap capacity /
+memory capacity) (:func:`webhook.engine.backing.node_permille`), what the webhook's
+``Gt`` node-affinity compares a pod's need with. It follows both capacities; a node that
+is not a swap node, or whose memory capacity cannot be read, does not carry it.
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
 
+from webhook.engine.backing import PERMILLE_LABEL, node_permille
 from webhook.profile import SWAP_LABEL
+from webhook.quantity import MAX_INT64, QuantityError, parse_bytes
 
 _NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
 _PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -89,24 +96,54 @@ class Reason(StrEnum):
 
 
 @dataclass(frozen=True)
+class Permille:
+    """A node's ``swapwise.io/swap-permille`` and what it is computed from.
+
+    ``value`` is None when it cannot be computed (``problem`` says why): the node then
+    carries no per-mille label, so no pod that needs backing is placed there.
+    """
+
+    swap: int  # status.nodeInfo.swap.capacity, bytes (0: none reported)
+    memory: int | None  # status.capacity.memory, bytes; None: missing or unreadable
+    value: int | None
+    problem: str = ""
+
+    @property
+    def text(self) -> str:
+        """What the annotation says of it, after the swap capacity."""
+        if self.value is None:
+            return f"; no {PERMILLE_LABEL}: {self.problem}"
+        return f", memory capacity {self.memory} bytes: {PERMILLE_LABEL}={self.value}"
+
+
+@dataclass(frozen=True)
 class Verdict:
     """Whether a node is a swap node, and the sentence that says why.
 
     ``swap`` is None when it cannot be known now (the kubelet could not be asked): the
-    node is then left exactly as it is.
+    node is then left exactly as it is. ``permille`` is set on swap nodes only.
     """
 
     swap: bool | None
     reason: Reason
     message: str  # the annotation value: "true: ..." / "false: ..." (or why unknown)
+    permille: Permille | None = None
+
+    @property
+    def permille_value(self) -> int | None:
+        """The ``swapwise.io/swap-permille`` value the node must carry; None: no label."""
+        if not self.swap or self.permille is None:
+            return None
+        return self.permille.value
 
 
 @dataclass(frozen=True)
 class NodeChange:
     node: str
     label: Literal["add", "remove", "keep"]
-    patch: dict[str, Any]  # JSON merge patch: this label and this annotation, nothing else
+    patch: dict[str, Any]  # JSON merge patch: these labels and this annotation, nothing else
     verdict: Verdict
+    permille: Literal["set", "remove", "keep"] = "keep"  # the swapwise.io/swap-permille label
 
 
 def as_mapping(value: Any) -> Mapping[str, Any]:
@@ -130,6 +167,36 @@ def swap_capacity(node: Mapping[str, Any]) -> int:
     if isinstance(capacity, bool) or not isinstance(capacity, int):
         return 0
     return max(capacity, 0)
+
+
+def memory_capacity(node: Mapping[str, Any]) -> tuple[int | None, str]:
+    """``status.capacity.memory`` in bytes (parsed exactly, rounded up to a whole byte as
+    the API server's ``Value()`` does), or None and why it cannot be read."""
+    capacity = as_mapping(node.get("status")).get("capacity")
+    raw = as_mapping(capacity).get("memory")
+    if raw is None:
+        return None, "no memory capacity reported (status.capacity.memory)"
+    try:
+        memory = parse_bytes(raw)
+    except QuantityError as exc:
+        return None, f"memory capacity (status.capacity.memory) unreadable: {exc}"
+    if memory <= 0:
+        return None, f"memory capacity (status.capacity.memory) {_show(str(raw))} is not positive"
+    return memory, ""
+
+
+def swap_permille(node: Mapping[str, Any]) -> Permille:
+    """The node's per-mille from its status, or why there is none."""
+    swap = swap_capacity(node)
+    memory, problem = memory_capacity(node)
+    if memory is None:
+        return Permille(swap, None, None, problem)
+    value = node_permille(swap, memory)
+    if value > MAX_INT64:  # the scheduler reads a Gt label as a 64-bit integer
+        return Permille(swap, memory, None,
+                        f"swap {swap} bytes over memory {memory} bytes is beyond a 64-bit "
+                        "per-mille")
+    return Permille(swap, memory, value)
 
 
 def node_name(node: Mapping[str, Any]) -> str:
@@ -197,8 +264,10 @@ def judge(node: Mapping[str, Any], behavior: str | None, source: Source,
                        f"(set node label {BEHAVIOR_LABEL}=LimitedSwap where the kubelet runs it)")
     subject = "kubelet swapBehavior" if source == "kubelet" else "declared swapBehavior"
     if behavior == LIMITED_SWAP:
+        permille = swap_permille(node)
         return Verdict(True, Reason.LIMITED_SWAP,
-                       f"true: {subject} LimitedSwap, swap capacity {capacity} bytes ({where})")
+                       f"true: {subject} LimitedSwap, swap capacity {capacity} bytes"
+                       f"{permille.text} ({where})", permille)
     if behavior == NO_SWAP:
         return Verdict(False, Reason.SWAP_BEHAVIOR_NO_SWAP, f"false: {subject} NoSwap ({where})")
     if behavior == "" and source == "kubelet":
@@ -210,26 +279,38 @@ def judge(node: Mapping[str, Any], behavior: str | None, source: Source,
 
 
 def desired_change(node: Mapping[str, Any], verdict: Verdict, label: Label) -> NodeChange | None:
-    """The merge patch that makes ``node`` carry ``label`` and the annotation per ``verdict``.
+    """The merge patch that makes ``node`` carry ``label``, ``swapwise.io/swap-permille``
+    and the annotation per ``verdict``.
 
     None when nothing must change, so a steady cluster costs no writes. An unknown verdict
     changes nothing. A node that is not a swap node loses the label only when it holds our
     value: another value does not match the webhook's nodeSelector, so it claims nothing
-    and is not ours to remove.
+    and is not ours to remove. The per-mille label is swapwise's own whatever its value:
+    any value on a node without a computable per-mille goes.
     """
     name = node_name(node)
     if not name or verdict.swap is None:
         return None
     metadata = as_mapping(node.get("metadata"))
-    current = _labels(node).get(label.key)
+    labels = _labels(node)
+    current = labels.get(label.key)
     patch: dict[str, Any] = {}
+    changed: dict[str, str | None] = {}  # merge patch: null deletes
     action: Literal["add", "remove", "keep"] = "keep"
     if verdict.swap and current != label.value:
-        action, patch["labels"] = "add", {label.key: label.value}
+        action, changed[label.key] = "add", label.value
     elif not verdict.swap and current == label.value:
-        action, patch["labels"] = "remove", {label.key: None}  # merge patch: null deletes
+        action, changed[label.key] = "remove", None
+    permille: Literal["set", "remove", "keep"] = "keep"
+    wanted = verdict.permille_value
+    if wanted is not None and labels.get(PERMILLE_LABEL) != str(wanted):
+        permille, changed[PERMILLE_LABEL] = "set", str(wanted)
+    elif wanted is None and PERMILLE_LABEL in labels:
+        permille, changed[PERMILLE_LABEL] = "remove", None
+    if changed:
+        patch["labels"] = changed
     if as_mapping(metadata.get("annotations")).get(SWAP_NODE_ANNOTATION) != verdict.message:
         patch["annotations"] = {SWAP_NODE_ANNOTATION: verdict.message}
     if not patch:
         return None
-    return NodeChange(name, action, {"metadata": patch}, verdict)
+    return NodeChange(name, action, {"metadata": patch}, verdict, permille)

@@ -47,6 +47,12 @@ class LabellerMetrics:
             "Swap nodes: swap capacity above zero and kubelet swapBehavior LimitedSwap.",
             registry=self.registry,
         )
+        self.permille_nodes = Gauge(
+            "swapwise_labeller_permille_nodes",
+            "Swap nodes given the swapwise.io/swap-permille label (fewer than swap nodes: "
+            "some report no readable memory capacity).",
+            registry=self.registry,
+        )
         self.nodes_by_reason = Gauge(
             "swapwise_labeller_nodes_by_reason",
             "Nodes by the reason of the leader's last judgement (LimitedSwap = swap node).",
