@@ -17,7 +17,7 @@ import yaml
 from webhook.cli import main
 from webhook.engine.pod import MalformedPod, PodView
 from webhook.planner import Node, PlanError, backing_applies, plan_pod, pod_request
-from webhook.policy import PolicyError, default_policy, parse_policy
+from webhook.policy import default_policy, parse_policy
 from webhook.profile import Profile
 
 MI = 1024**2
@@ -246,14 +246,6 @@ def profile(placement: str = "", **fields: Any) -> Profile:
     return policy.profiles["p"]
 
 
-def loader_knows_swap_backing() -> bool:
-    try:
-        profile("{swapBacking: 'off'}")
-    except PolicyError:
-        return False
-    return True
-
-
 def test_a_node_with_little_swap_backs_no_reshaped_pod_and_fits_none() -> None:
     # The issue's node: 1Gi of swap on 64Gi of RAM is a swap node, at 15 per mille
     # (1000 * 1Gi / 64Gi = 15.6): a pod reshaped for swapRatio 2 needs 1999.
@@ -311,9 +303,6 @@ def test_a_profile_without_required_placement_is_not_held_to_backing() -> None:
     assert backing_applies(DEFAULT)
 
 
-@pytest.mark.skipif(not loader_knows_swap_backing(),
-                    reason="the policy loader has no placement.swapBacking yet (the webhook "
-                           "side of issue 25, on its own branch)")
 def test_swap_backing_off_is_counted_on_resources_alone() -> None:
     off = profile("{swapBacking: 'off'}")
     assert not backing_applies(off)

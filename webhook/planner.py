@@ -146,9 +146,7 @@ def backing_off(profile: Profile) -> str | None:
     placement = profile.placement
     if placement.mode != "required":
         return f"placement.mode: {placement.mode}"
-    # placement.swap_backing comes with the webhook's side of issue 25: until both are
-    # merged, a Placement without it reads as its default, "required".
-    if getattr(placement, "swap_backing", "required") != "required":
+    if placement.swap_backing != "required":
         return "placement.swapBacking: off"
     return None
 

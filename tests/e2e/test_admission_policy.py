@@ -53,7 +53,6 @@ from webhook.policy import Policy, build_policy
 from webhook.profile import Profile
 from webhook.render.admission_policy import render_admission_policies
 
-
 # MutatingAdmissionPolicy is GA (v1) from 1.36; SWAPWISE_AP_LINE=1.34 runs the same test on
 # the default line with the v1beta1 API behind its feature gate.
 LINE = os.environ.get("SWAPWISE_AP_LINE", "1.37")
