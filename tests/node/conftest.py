@@ -44,10 +44,13 @@ REQUIRED = os.environ.get("SWAPWISE_NODE_E2E") == "1"
 GVISOR = os.environ.get("SWAPWISE_NODE_GVISOR") == "1"
 
 # The profiles of the scenarios: swapRatio 2 matches the node (swap = 2 x RAM); the
-# aggressive one asks for a tenth of the limit, far past what the node's swap can hold.
+# aggressive ones ask for a tenth of the limit, far past what the node's swap can hold:
+# with swap backing (the default) the scheduler refuses them the node, without it they
+# land and overcommit it (the control).
 PROFILES: dict[str, Any] = {
     "sandbox": {"swapRatio": 2},
     "aggressive": {"requestRatio": 0.1},
+    "unbacked": {"requestRatio": 0.1, "placement": {"swapBacking": "off"}},
 }
 
 

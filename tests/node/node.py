@@ -380,6 +380,27 @@ class RealNode:
         self.wait_for(lambda: self.status()["kubelet_generation"] > generation, timeout,
                       what=f"the kubelet to restart with swapBehavior {swap_behavior}")
 
+    def move_swap_to_file(self, mib: int, timeout: float = 600.0) -> int:
+        """Give the guest a ``mib`` swap file and turn the swap disk off (what an admin does
+        who shrinks a node's swap); return the new SwapTotal in bytes. The kubelet reports
+        the new capacity only once restarted (:meth:`restart_kubelet`)."""
+        (self.share / "swap-file").write_text(f"{mib}\n")
+
+        def moved() -> int | None:
+            meminfo = self.fresh_status()["meminfo"]
+            total = int(meminfo["SwapTotal"]) * 1024
+            return total if not (self.share / "swap-file").exists() and total < (
+                mib + 1) * MIB else None
+
+        result: int = self.wait_for(moved, timeout, what=f"swap moved to a {mib} MiB file")
+        return result
+
+    def memory_pressure(self, status: dict[str, Any] | None = None) -> dict[str, float]:
+        """The guest kernel's memory PSI (``/proc/pressure/memory``): some and full avg10."""
+        psi = (status or self.status())["memory_pressure"]
+        return {"some_avg10": float(psi["some"]["avg10"]),
+                "full_avg10": float(psi["full"]["avg10"])}
+
     def kill_container(self, container_id: str, signal: str = "SIGKILL",
                        timeout: float = 60.0) -> None:
         """Signal one container's main process from the node, as its runtime does: SIGTERM

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from tests.e2e.cluster import PROFILE_LABEL, SWAP_LABEL, ControlPlane, swapwise_executable
-from tests.e2e.install import Installation
+from tests.e2e.install import NAMESPACE, RELEASE, Installation
 from tests.node.conftest import PROFILES, Labeller
 from tests.node.kubelet_prometheus import (
     PER_CONTAINER_PANEL,
@@ -30,6 +30,7 @@ from tests.node.kubelet_prometheus import (
     swap_figures,
 )
 from tests.node.node import RealNode
+from webhook.engine.backing import PERMILLE_LABEL, container_need, node_permille
 from webhook.quantity import parse_bytes, parse_quantity
 
 pytestmark = pytest.mark.node
@@ -161,6 +162,44 @@ def guest_oom_kills(node: RealNode) -> int:
     return int(node.status()["vmstat"]["oom_kill"])
 
 
+def permille_label(node: RealNode) -> int | None:
+    value = node.node()["metadata"].get("labels", {}).get(PERMILLE_LABEL)
+    return None if value is None else int(value)
+
+
+def required_need(pod: dict[str, Any]) -> int | None:
+    """The need the webhook wrote into the pod's required node affinity (Gt need - 1)."""
+    terms = (pod["spec"].get("affinity", {}).get("nodeAffinity", {})
+             .get("requiredDuringSchedulingIgnoredDuringExecution", {})
+             .get("nodeSelectorTerms", []))
+    needs = {int(e["values"][0]) + 1 for term in terms for e in term.get("matchExpressions", [])
+             if e["key"] == PERMILLE_LABEL and e["operator"] == "Gt"}
+    assert len(needs) <= 1, needs
+    return needs.pop() if needs else None
+
+
+def unschedulable_message(pod: dict[str, Any]) -> str | None:
+    """The scheduler's message when it refused the pod every node, else None."""
+    for condition in pod["status"].get("conditions") or []:
+        if (condition["type"] == "PodScheduled" and condition["status"] == "False"
+                and condition.get("reason") == "Unschedulable"):
+            return str(condition.get("message", ""))
+    return None
+
+
+def audit(cp: ControlPlane) -> dict[str, Any]:
+    """``swapwise audit -o json`` with the chart's policy (exit 1: something needs action)."""
+    policy = cp.get_json("configmap", f"{RELEASE}-policy", "-n", NAMESPACE)["data"]["policy.yaml"]
+    policy_file = cp.workdir / "audit-policy.yaml"
+    policy_file.write_text(policy)
+    proc = subprocess.run([swapwise_executable(), "audit", "--kubeconfig", str(cp.kubeconfig),
+                           "--policy", str(policy_file), "-o", "json"],
+                          capture_output=True, text=True)
+    assert proc.returncode in (0, 1), proc.stderr
+    report: dict[str, Any] = json.loads(proc.stdout)
+    return report
+
+
 def delete_namespace(cp: ControlPlane, node: RealNode, namespace: str) -> None:
     cp.kubectl("delete", "namespace", namespace, "--wait=false")
     node.wait_for(lambda: cp.kubectl("get", "namespace", namespace, check=False).returncode != 0,
@@ -202,6 +241,12 @@ def test_labeller_labels_the_limitedswap_node(
     annotation = node.node()["metadata"]["annotations"][SWAP_NODE_ANNOTATION]
     assert annotation.startswith("true:"), annotation
     results["labeller.limitedswap_labelled"] = True
+    # The swap share as a label: from the kubelet's own figures, as the kubelet divides.
+    shape = node_shape(node)
+    expected = node_permille(shape["swap"], shape["memory"])
+    node.wait_for(lambda: permille_label(node) == expected, 120,
+                  what=f"{PERMILLE_LABEL}={expected} on {node.name}")
+    assert f"swap {shape['swap']}" in annotation or str(shape["swap"]) in annotation, annotation
 
 
 def test_reshaped_pod_gets_the_kubelets_swap_share(
@@ -318,6 +363,21 @@ class Run:
                    for path, files in self.node.fresh_status()["cgroups"].items()
                    if any(uid in f"/{path}" for uid in uids) and files["memory.max"] != "max")
 
+    def backing_margins(self) -> dict[str, int]:
+        """Per running reshaped container: its ``memory.swap.max`` as the guest's cgroup has
+        it, minus what it holds above its request (limit - request). Backed: >= 0."""
+        status = self.node.fresh_status()
+        margins = {}
+        for pod in self.placed_pods():
+            resources = pod["spec"]["containers"][0]["resources"]
+            request = parse_bytes(resources["requests"]["memory"])
+            limit = parse_bytes(resources["limits"]["memory"])
+            cgroup = self.node.container_cgroup(status, pod["metadata"]["uid"], container_id(pod))
+            assert cgroup and cgroup["memory.swap.max"].isdigit(), (pod["metadata"]["name"],
+                                                                     cgroup)
+            margins[pod["metadata"]["name"]] = int(cgroup["memory.swap.max"]) - (limit - request)
+        return margins
+
     def median_hot_ops(self) -> float:
         rates = [hot_ops(self.cp, self.namespace, p["metadata"]["name"])
                  for p in self.placed_pods()]
@@ -353,7 +413,7 @@ class Run:
 def density_plan(node: RealNode) -> dict[str, Any]:
     """What ``swapwise plan`` predicts for the sandbox on this node, per profile."""
     shape = node_shape(node)
-    return {profile: plan(shape, profile, node.workdir) for profile in ("sandbox", "aggressive")}
+    return {profile: plan(shape, profile, node.workdir) for profile in PROFILES}
 
 
 def test_density_triples_without_oom_kills(
@@ -385,7 +445,20 @@ def test_density_triples_without_oom_kills(
         assert with_.placed == expected_with
         assert with_.placed >= math.ceil(2.9 * without.placed)
         with_.wait_all_working(1800)
+        # Backed: each pod needs what its affinity says, the node's label covers it, and the
+        # kubelet's swap limit in the cgroup holds everything above each request.
+        pod = with_.placed_pods()[0]
+        resources = pod["spec"]["containers"][0]["resources"]
+        need = container_need(parse_bytes(resources["requests"]["memory"]),
+                              parse_bytes(resources["limits"]["memory"]))
+        assert {required_need(p) for p in with_.placed_pods()} == {need}
+        margins = with_.backing_margins()
+        results["backing.node_permille"] = permille_label(node)
+        results["backing.need_permille"] = need
+        results["backing.placed"] = with_.placed
+        results["backing.min_swap_max_minus_excess_bytes"] = min(margins.values())
         worst = with_.observe(HOLD_SECONDS)
+        results["backing.oom_kills"] = worst["oom_kills"]
         results["density.with.running_at_end"] = with_.counts()["running"]
         results["density.with.oom_kills"] = worst["oom_kills"]
         results["density.with.evictions"] = worst["evictions"]
@@ -404,6 +477,8 @@ def test_density_triples_without_oom_kills(
             results[f"density.with.prometheus.{key}"] = value
     assert worst["running"] == with_.placed, worst
     assert worst["oom_kills"] == 0, worst
+    assert results["backing.node_permille"] >= need, results
+    assert len(margins) == with_.placed and min(margins.values()) >= 0, margins
     assert worst["evictions"] == 0, worst
     assert worst["restarts"] == 0, worst
     assert results["density.with.swap_used_bytes"] > 0
@@ -426,19 +501,43 @@ def test_density_triples_without_oom_kills(
     assert scraped["rules_health"] == ["ok"], scraped
 
 
-def test_too_aggressive_overcommits_as_plan_predicts(
+def test_unbacked_pods_are_refused_the_node(
     node: RealNode, swapwise: Installation, labeller: Labeller,
     density_plan: dict[str, Any], results: dict[str, Any],
 ) -> None:
-    """Scenario 3: requestRatio 0.1 packs the same pods with a swap share far below their cold
-    memory; plan says it does not fit, and the node shows what that means."""
-    predicted = density_plan["aggressive"]["swapRatio"]["fits"]
-    results["plan.predicted_fit.aggressive"] = predicted
-    results["plan.per_node.aggressive"] = density_plan["aggressive"]["after"]["perNode"]
-    assert predicted is False
+    """Swap backing: requestRatio 0.1 with backing on (the default). The node's swap share
+    cannot hold what each pod keeps above its request, so the scheduler places none of
+    them, and plan said so; nothing runs, so nothing is OOM-killed."""
+    predicted = density_plan["aggressive"]["backing"]
+    results["backing.refused.plan_backed"] = predicted["backed"]
+    assert predicted["applies"] and predicted["backed"] is False, predicted
     shape = node_shape(node)
     count = shape["allocatable"] // density_plan["sandbox"]["containers"][0]["after"]["request"]
-    with Run(node, "density-aggressive", "aggressive", count) as run:
+    with Run(node, "backing-refused", "aggressive", count) as run:
+        results["backing.refused.placed"] = run.placed
+        refused = [unschedulable_message(p) for p in pods(run.cp, run.namespace)]
+        results["backing.refused.pending"] = sum(m is not None for m in refused)
+        results["backing.refused.oom_kills"] = run.counts()["oom_kills"]
+    assert run.placed == 0 and run.refused == count, (run.placed, run.refused)
+    assert all(m and "node affinity" in m for m in refused), refused
+    assert results["backing.refused.oom_kills"] == 0
+
+
+def test_unbacked_overcommits_as_plan_predicts(
+    node: RealNode, swapwise: Installation, labeller: Labeller,
+    density_plan: dict[str, Any], results: dict[str, Any],
+) -> None:
+    """The control: the same requestRatio 0.1 with backing off packs the same pods with a
+    swap share far below their cold memory; plan says it does not fit, and the node shows
+    what that means."""
+    predicted = density_plan["unbacked"]["swapRatio"]["fits"]
+    results["plan.predicted_fit.aggressive"] = predicted
+    results["plan.per_node.aggressive"] = density_plan["unbacked"]["after"]["perNode"]
+    assert predicted is False
+    assert density_plan["unbacked"]["backing"]["applies"] is False
+    shape = node_shape(node)
+    count = shape["allocatable"] // density_plan["sandbox"]["containers"][0]["after"]["request"]
+    with Run(node, "density-aggressive", "unbacked", count) as run:
         results["aggressive.placed"] = run.placed
         assert run.placed == count  # the scheduler sees room for all of them (and more)
         worst = run.observe(900, stop=lambda c: c["oom_kills"] + c["evictions"] > 0)
@@ -447,18 +546,68 @@ def test_too_aggressive_overcommits_as_plan_predicts(
     assert worst["oom_kills"] + worst["evictions"] > 0, worst
 
 
+def test_a_node_whose_swap_shrinks_backs_no_new_pod(
+    node: RealNode, swapwise: Installation, labeller: Labeller, results: dict[str, Any],
+) -> None:
+    """The node changes under running pods: its swap moves from the 4 GiB disk to a 1 GiB
+    file and the kubelet restarts. label-nodes lowers the per-mille within a minute; a new
+    pod of the same profile stays Pending; the pods already there keep running, and
+    ``swapwise audit`` names them as no longer backed."""
+    cp = node.cp
+    namespace = "backing-shrunk"
+    create_namespace(cp, namespace, "sandbox")
+    try:
+        for i in range(2):
+            cp.apply(json.dumps(sandbox_pod(f"before-{i}", namespace, cold_mib=8)))
+        node.wait_for(lambda: all(running(p) for p in pods(cp, namespace))
+                      and len(pods(cp, namespace)) == 2, 600, what="two pods Running")
+        before = permille_label(node)
+        assert before is not None
+        node.move_swap_to_file(1024)
+        node.restart_kubelet("LimitedSwap")
+        restarted = time.monotonic()
+        node.wait_for(lambda: node_shape(node)["swap"] < 1100 * 1024**2, 300,
+                      what="the kubelet to report the smaller swap")
+        shape = node_shape(node)
+        expected = node_permille(shape["swap"], shape["memory"])
+        node.wait_for(lambda: permille_label(node) == expected, 300,
+                      what=f"{PERMILLE_LABEL} to follow the smaller swap ({expected})")
+        results["backing.shrunk.label_updated_after_s"] = round(time.monotonic() - restarted, 1)
+        results["backing.shrunk.node_permille"] = expected
+        assert expected < before
+        cp.apply(json.dumps(sandbox_pod("after", namespace, cold_mib=8)))
+        message = node.wait_for(
+            lambda: unschedulable_message(cp.get_json("pod", "after", "-n", namespace)), 180,
+            what="the new pod to be refused the node")
+        results["backing.shrunk.new_pod_pending"] = "node affinity" in message
+        assert "node affinity" in message, message
+        still = [p for p in pods(cp, namespace) if p["metadata"]["name"].startswith("before")]
+        assert all(running(p) for p in still), still
+        assert not any(c.get("restartCount") for p in still
+                       for c in p["status"]["containerStatuses"]), still
+        findings = [f for f in audit(cp)["findings"] if f["check"] == "reshaped-pod-not-backed"]
+        results["backing.shrunk.audit_not_backed"] = len(findings)
+        assert sorted(f["object"] for f in findings) == ["Pod/before-0", "Pod/before-1"], findings
+        assert all(f["details"]["nodePermille"] == expected for f in findings), findings
+    finally:
+        delete_namespace(cp, node, namespace)
+    assert results["backing.shrunk.label_updated_after_s"] <= 60, results
+
+
 def test_labeller_removes_the_label_from_a_noswap_kubelet(
     node: RealNode, labeller: Labeller, results: dict[str, Any]
 ) -> None:
-    """Scenario 4, second half: the same node, the same swap disk, kubelet back on NoSwap:
-    the node still reports swap capacity, and loses the label, with the reason on it."""
+    """Scenario 4, second half: the same node, still with swap, kubelet back on NoSwap: the
+    node still reports swap capacity, and loses both labels, with the reason on it."""
     node.restart_kubelet("NoSwap")
     assert node.node()["status"]["nodeInfo"]["swap"]["capacity"] > 0
 
     def unlabelled() -> str | None:
         meta = node.node()["metadata"]
         note = meta.get("annotations", {}).get(SWAP_NODE_ANNOTATION, "")
-        if SWAP_LABEL not in meta.get("labels", {}) and note.startswith("false:"):
+        labels = meta.get("labels", {})
+        if SWAP_LABEL not in labels and PERMILLE_LABEL not in labels and note.startswith(
+                "false:"):
             return str(note)
         return None
 

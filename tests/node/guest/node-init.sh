@@ -7,9 +7,12 @@
 #        kubernetes-service ("SERVICE_IP PORT API_IP API_PORT"), images/*.tar (imported at boot),
 #        kill-container (a request: "ID SIGNAL", signal that CRI container's task),
 #        restart-kubelet (a request: restart the kubelet with the current kubelet.yaml),
+#        swap-file (a request: "MIB": move swap to a new MIB swap file on the root disk, the
+#        swap disk off; the kubelet sees the new capacity when it next starts),
 #        poweroff (a request)
 #   out: node.log (milestones), kubelet.log, containerd.log, status.json (every 2 s: meminfo,
-#        vmstat, every container cgroup's memory and swap files), kubelet-generation
+#        vmstat, memory pressure (PSI), every container cgroup's memory and swap files),
+#        kubelet-generation
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 log() { echo "swapwise-node: $(cut -d' ' -f1 /proc/uptime)s $*" | tee -a /share/node.log >/dev/console; }
 
@@ -116,6 +119,8 @@ status() {
   printf '{"uptime_s": %s, "kubelet_generation": %s,\n' "$(cut -d' ' -f1 /proc/uptime)" "$generation"
   printf ' "meminfo": {%s},\n' "$(awk '{sub(":","",$1); printf "%s\"%s\": %s", (NR>1?", ":""), $1, $2}' /proc/meminfo)"
   printf ' "vmstat": {%s},\n' "$(grep -E '^(oom_kill|pswpin|pswpout) ' /proc/vmstat | awk '{printf "%s\"%s\": %s", (NR>1?", ":""), $1, $2}')"
+  # "some avg10=1.23 avg60=... total=N" -> "some": {"avg10": 1.23, ...}
+  printf ' "memory_pressure": {%s},\n' "$(awk '{printf "%s\"%s\": {", (NR>1?", ":""), $1; for (i = 2; i <= NF; i++) {split($i, kv, "="); printf "%s\"%s\": %s", (i>2?", ":""), kv[1], kv[2]} printf "}"}' /proc/pressure/memory 2>/dev/null)"
   printf ' "cgroups": {'
   for f in $(find /sys/fs/cgroup/kubepods* -name memory.swap.max 2>/dev/null); do
     member=$(cgroup_json "${f%/memory.swap.max}")
@@ -133,6 +138,14 @@ while true; do
     kill "$kubelet_pid"
     wait "$kubelet_pid"
     start_kubelet
+  fi
+  if [ -f /share/swap-file ]; then
+    read -r mib < /share/swap-file
+    rm -f /share/swap-file
+    # The new swap first, then the disk off: its pages move to RAM and the file.
+    dd if=/dev/zero of=/swapfile bs=1M count="$mib" status=none && chmod 600 /swapfile &&
+      mkswap -q /swapfile && swapon /swapfile && swapoff /dev/vdb
+    log "swap moved to a ${mib} MiB file: $(tail -n +2 /proc/swaps | tr -s ' ' | tr '\n' ' ')"
   fi
   if [ -f /share/kill-container ]; then
     read -r id signal < /share/kill-container
