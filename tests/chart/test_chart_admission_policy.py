@@ -172,7 +172,8 @@ def test_renders_none_of_the_webhook_pieces(chart: Chart) -> None:
         "ClusterRoleBinding/sw-swapwise-audit", "ClusterRoleBinding/sw-swapwise-labeller",
         "ConfigMap/sw-swapwise-dashboard", "Deployment/sw-swapwise-labeller",
         "PrometheusRule/sw-swapwise", "Role/sw-swapwise-labeller",
-        "RoleBinding/sw-swapwise-labeller", "ServiceAccount/sw-swapwise-audit",
+        "Role/sw-swapwise-labeller-events", "RoleBinding/sw-swapwise-labeller",
+        "RoleBinding/sw-swapwise-labeller-events", "ServiceAccount/sw-swapwise-audit",
         "ServiceAccount/sw-swapwise-labeller",
     ]
     for kind in ("MutatingWebhookConfiguration", "Service", "Secret", "Issuer", "Certificate",
