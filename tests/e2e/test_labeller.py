@@ -636,6 +636,15 @@ def test_pressure_guard_marks_and_clears_swap_nodes_from_their_kubelets_psi(
             assert event["involvedObject"]["uid"] == uid
             assert event["source"]["component"] == "swapwise-labeller"
             assert labels(cp, "psi-hot")[key] == "true"  # the swap label is untouched
+            # swapwise audit lists it, with what the annotation says.
+            audit = subprocess.run(
+                [swapwise_executable(), "audit", "--kubeconfig", str(cp.kubeconfig), "-o",
+                 "json"], capture_output=True, text=True, timeout=120, check=False)
+            assert audit.returncode == 1, audit.stderr  # a finding that needs action
+            [finding] = [f for f in json.loads(audit.stdout)["findings"]
+                         if f["check"] == "node-memory-pressure"]
+            assert finding["object"] == "Node/psi-hot" and finding["action"] is True
+            assert finding["details"]["annotation"] == note
             metrics = labeller.metrics()
             assert metrics["swapwise_labeller_pressure_marked_nodes"] == 1
             assert metrics['swapwise_labeller_pressure_transitions_total{action="mark"}'] == 1
