@@ -714,6 +714,35 @@ def test_the_pressure_loop_reads_every_interval_until_stopped() -> None:
     assert 5 <= asyncio.run(scenario()) <= 8
 
 
+def test_a_read_that_hangs_holds_up_neither_the_other_nodes_nor_the_next_round() -> None:
+    class Hanging(FakeKubelets):
+        async def node_summary(self, name: str) -> Any:
+            if name == "slow":
+                self.summary_reads.append(name)
+                await asyncio.Event().wait()  # until its timeout (here: cancelled)
+            return await super().node_summary(name)
+
+    async def scenario() -> tuple[int, int, bool]:
+        api = Hanging(swap_node("slow"), swap_node("fast"))
+        api.summaries["fast"] = summary("fast", 1.0)
+        labeller = Labeller(api, DEFAULT_LABEL, LabellerMetrics(), leading=lambda: True,
+                            pressure=PressureSettings(interval=0.05))
+        labeller.replace_all((await api.list_nodes())[0])
+        await labeller.reconcile_pending()
+        stop = asyncio.Event()
+        task = asyncio.create_task(labeller.pressure_loop(stop))
+        await asyncio.sleep(0.32)
+        stop.set()
+        await asyncio.wait_for(task, 1)
+        await asyncio.sleep(0)  # the cancelled read's callback
+        return (api.summary_reads.count("fast"), api.summary_reads.count("slow"),
+                not labeller.reading)
+
+    fast, slow, none_left = asyncio.run(scenario())
+    assert fast >= 5 and slow == 1  # one read in flight per node, never two
+    assert none_left  # stopping cancels what is in flight
+
+
 # ------------------------------------------------------------------- the node proxy
 
 

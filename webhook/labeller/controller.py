@@ -133,6 +133,8 @@ class Labeller:
         self.identity = identity
         self.pressure: dict[str, NodePressure] = {}
         self.psi_errors: dict[str, str] = {}
+        self.reading: dict[str, asyncio.Task[Transition | None]] = {}  # reads in flight
+        self.read_slots = asyncio.Semaphore(KUBELET_READS)
         for action in ("mark", "clear"):
             self.metrics.pressure_transitions.labels(action=action)
         if pressure is not None:
@@ -376,22 +378,35 @@ class Labeller:
         state = self.tracker(name)
         assert state is not None
         transition = state.observe(psi, self.clock(), self.wall())
-        if transition is not None:
+        if transition is not None:  # the reconcile loop writes it
             self.pending.add(name)
+            self.wake.set()
         return transition
 
-    async def read_pressure(self) -> int:
-        """Read the memory PSI of every swap node once (leader only, a few at a time);
-        return how many nodes must now be marked or cleared (they are made pending)."""
+    def start_reads(self) -> list[asyncio.Task[Transition | None]]:
+        """Start a read of every swap node not being read already (leader only; at most
+        ``KUBELET_READS`` in flight). A node whose read hangs until its timeout holds up
+        neither the others nor the next round: it is just not read again meanwhile."""
         if self.guard is None or not self.leading():
-            return 0
-        names = sorted(name for name in self.nodes if self._reads_psi(name))
-        limit = asyncio.Semaphore(KUBELET_READS)
-        results = await asyncio.gather(*(self._read_psi(name, limit) for name in names))
-        changed = sum(result is not None for result in results)
-        if changed:
-            self.wake.set()
-        return changed
+            return []
+        started = []
+        for name in sorted(self.nodes):
+            if name in self.reading or not self._reads_psi(name):
+                continue
+            task = asyncio.create_task(self._read_psi(name, self.read_slots), name=f"psi {name}")
+            self.reading[name] = task
+
+            def done(_task: asyncio.Task[Transition | None], name: str = name) -> None:
+                self.reading.pop(name, None)
+
+            task.add_done_callback(done)
+            started.append(task)
+        return started
+
+    async def read_pressure(self) -> int:
+        """One round, waited for: how many nodes must now be marked or cleared."""
+        results = await asyncio.gather(*self.start_reads())
+        return sum(result is not None for result in results)
 
     async def _pressure_changed(self, name: str, node: dict[str, Any],
                                 change: NodeChange) -> None:
@@ -419,10 +434,14 @@ class Labeller:
         if self.guard is None:
             return
         loop = asyncio.get_running_loop()
-        while not stop.is_set():
-            started = loop.time()
-            await self.read_pressure()
-            await _sleep(stop, max(self.guard.interval - (loop.time() - started), 0.0))
+        try:
+            while not stop.is_set():
+                started = loop.time()
+                self.start_reads()
+                await _sleep(stop, max(self.guard.interval - (loop.time() - started), 0.0))
+        finally:
+            for task in list(self.reading.values()):
+                task.cancel()
 
     # -- loops
 
