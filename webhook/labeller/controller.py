@@ -263,7 +263,7 @@ class Labeller:
             if verdict.swap is False:  # a node that is not a swap node is not watched
                 self.forget_pressure(name)
             change = desired_change(node, verdict, self.label,
-                                    self.pressure_want(name, node, verdict))
+                                    self.pressure_want(name, verdict))
             if change is None:
                 continue
             try:
@@ -319,8 +319,7 @@ class Labeller:
             state = self.pressure[name] = NodePressure(self.guard, marked)
         return state
 
-    def pressure_want(self, name: str, node: dict[str, Any],
-                      verdict: Verdict) -> PressureWant | None:
+    def pressure_want(self, name: str, verdict: Verdict) -> PressureWant | None:
         """Must the node carry the memory-pressure mark? None: leave it as it is."""
         if verdict.swap is None:
             return None
