@@ -419,3 +419,76 @@ def test_cluster_data_of_the_wrong_type_never_crashes_the_audit() -> None:
             ) in report.skipped
     assert "reshaped-pod-not-backed: Pod team/broken: the pod cannot be read (" in "\n".join(
         report.skipped)
+
+
+# -------------------------------------------------------------------- memory pressure
+
+PRESSURE = "swapwise.io/memory-pressure"
+
+
+def marked(n: dict[str, Any], note: Any = None) -> dict[str, Any]:
+    """``n`` carrying the pressure guard's mark, and its annotation when ``note`` is given."""
+    n["metadata"]["labels"][PRESSURE] = "true"
+    if note is not None:
+        n["metadata"]["annotations"] = {PRESSURE: note}
+    return n
+
+
+def pressure(report: Any) -> dict[str, Finding]:
+    return {f.object: f for f in report.findings if f.check == "node-memory-pressure"}
+
+
+def test_marked_nodes_are_listed_with_the_reshaped_pods_stuck_there() -> None:
+    note = ("marked: memory PSI some avg10 47.2% >= 40% for 60 s (full avg10 12.1%) at "
+            "2026-01-01T12:00:00Z")
+    nodes = [marked(node("hot", True, 32 * GI, "2000", "16Gi"), note),
+             node("calm", True, 32 * GI, "2000", "16Gi"),
+             marked(node("by-hand", True, 32 * GI, "2000", "16Gi"))]
+    plain = pod("plain", "other", nodeName="hot")  # not opted in: not counted
+    report = audit(Cluster(namespaces=[ns("team"), ns("other", None)], nodes=nodes,
+                           pods=[on("a", "hot"), on("b", "hot"), on("c", "calm"), plain,
+                                 pod("unshaped", nodeName="hot")]),
+                   default_policy())
+    found = pressure(report)
+    assert sorted(found) == ["Node/by-hand", "Node/hot"]
+    hot = found["Node/hot"]
+    assert hot.action and hot.namespace is None
+    assert hot.message == (
+        f"marked {PRESSURE} by the pressure guard ({note}): new reshaped pods with required "
+        "placement are not placed there; 2 reshaped pod(s) already there keep stalling on "
+        "swap-in (swapwise evicts nothing): move or resize those with the largest hot memory, "
+        "or give the node more RAM")
+    assert hot.details == {"annotation": note, "reshapedPods": ["team/a", "team/b"],
+                           "everySwapNodeMarked": False}
+    assert "(no annotation: not marked by swapwise label-nodes?)" in found[
+        "Node/by-hand"].message
+    assert found["Node/by-hand"].details["reshapedPods"] == []
+    assert report.needs_action
+    assert report.to_json()["findings"][-1]["check"] == "node-memory-pressure"
+
+
+def test_every_swap_node_marked_means_new_reshaped_pods_stay_pending() -> None:
+    nodes = [marked(node("a", True, 32 * GI, "2000", "16Gi"), "marked: x"),
+             marked(node("b", True, 32 * GI, "2000", "16Gi"), "marked: y"),
+             node("plain", False, None)]
+    found = pressure(audit(Cluster(namespaces=[ns("team")], nodes=nodes), default_policy()))
+    assert sorted(found) == ["Node/a", "Node/b"]
+    for finding in found.values():
+        assert finding.details["everySwapNodeMarked"] is True
+        assert finding.message.endswith(
+            f"; every node labelled {SWAP}=true is marked, so new reshaped pods with required "
+            "placement stay Pending until one is cleared")
+    # No swap node at all: nothing is said of "every" (and a marked plain node is listed).
+    found = pressure(audit(Cluster(namespaces=[ns("team")], nodes=[
+        marked(node("plain", False, None), 7)]), default_policy()))
+    assert found["Node/plain"].details == {"annotation": None, "reshapedPods": [],
+                                           "everySwapNodeMarked": False}
+
+
+def test_no_mark_no_finding_and_odd_annotations_do_not_crash() -> None:
+    nodes = [node("a", True, 32 * GI, "2000", "16Gi")]
+    assert pressure(audit(Cluster(namespaces=[ns("team")], nodes=nodes), default_policy())) == {}
+    odd = marked(node("odd", True, 32 * GI, "2000", "16Gi"))
+    odd["metadata"]["annotations"] = ["not", "a", "map"]
+    report = audit(Cluster(namespaces=[ns("team")], nodes=[odd]), default_policy())
+    assert pressure(report)["Node/odd"].details["annotation"] is None

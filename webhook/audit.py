@@ -22,7 +22,10 @@ Checks (``Finding.check``):
 - ``limitrange``: a LimitRange that refuses reshaped pods;
 - ``resourcequota``: a ResourceQuota that refuses them, or caps what reshaping gains;
 - ``node-swap-unlabelled`` / ``node-labelled-without-swap``: the swap label and the
-  node's reported swap capacity disagree.
+  node's reported swap capacity disagree;
+- ``node-memory-pressure``: a node carries the pressure guard's mark
+  (``swapwise.io/memory-pressure``): no new reshaped pod with required placement is placed
+  there, the reshaped pods already there keep stalling on swap-in.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from webhook.engine.annotations import (
     recorded_originals,
 )
 from webhook.engine.pod import MalformedPod, PodView
+from webhook.engine.pressure import PRESSURE_ANNOTATION, PRESSURE_LABEL
 from webhook.hpa import utilisation_warnings
 from webhook.labeller.labels import swap_permille
 from webhook.planner import backing_off
@@ -61,7 +65,7 @@ CHECKS = (
     "unknown-profile", "pod-not-reshaped", "reshaped-pod-without-swap",
     "reshaped-pod-not-backed", "no-swap-permille-label",
     "hpa-memory-utilisation", "vpa", "limitrange", "resourcequota",
-    "node-swap-unlabelled", "node-labelled-without-swap",
+    "node-swap-unlabelled", "node-labelled-without-swap", "node-memory-pressure",
 )
 PERMILLE_LABEL = backing.PERMILLE_LABEL
 _INT64_TEXT = re.compile(r"[+-]?[0-9]{1,25}")
@@ -326,6 +330,7 @@ def audit(cluster: Cluster, policy: Policy, swap_label: tuple[str, str] = (SWAP_
     findings += _limitranges(cluster.limitranges, profiles)
     findings += _quotas(cluster.quotas, pods, profiles)
     findings += _nodes(cluster.nodes, swap_label)
+    findings += _memory_pressure(pods, cluster.nodes, swap_label)
     return Report(findings, dict(sorted(opted.items())), skipped)
 
 
@@ -777,4 +782,36 @@ def _nodes(nodes: list[dict[str, Any]], swap_label: tuple[str, str]) -> list[Fin
                 action=not no_swap, details={"swapCapacity": capacity,
                                              "swapBehavior": declared},
             ))
+    return findings
+
+
+def _memory_pressure(pods: list[_Pod], nodes: list[dict[str, Any]],
+                     swap_label: tuple[str, str]) -> list[Finding]:
+    """Nodes the pressure guard marked: what it says, and who is stuck there or kept out."""
+    key, value = swap_label
+    marked = [node for node in nodes if PRESSURE_LABEL in _labels(node)]
+    if not marked:
+        return []
+    swap_nodes = [node for node in nodes if _labels(node).get(key) == value]
+    every = bool(swap_nodes) and all(PRESSURE_LABEL in _labels(node) for node in swap_nodes)
+    findings = []
+    for node in sorted(marked, key=_name):
+        name = _name(node)
+        note = _annotations(node).get(PRESSURE_ANNOTATION)
+        note = note if isinstance(note, str) and note else None
+        here = sorted(f"{pod.namespace}/{_name(pod.obj)}" for pod in pods if pod.reshaped
+                      and _dict(pod.obj.get("spec")).get("nodeName") == name)
+        why = f"({note})" if note else "(no annotation: not marked by swapwise label-nodes?)"
+        message = (f"marked {PRESSURE_LABEL} by the pressure guard {why}: new reshaped pods "
+                   "with required placement are not placed there; "
+                   f"{len(here)} reshaped pod(s) already there keep stalling on swap-in "
+                   "(swapwise evicts nothing): move or resize those with the largest hot "
+                   "memory, or give the node more RAM")
+        if every:
+            message += (f"; every node labelled {key}={value} is marked, so new reshaped pods "
+                        "with required placement stay Pending until one is cleared")
+        findings.append(Finding(
+            "node-memory-pressure", None, f"Node/{name}", message,
+            details={"annotation": note, "reshapedPods": here, "everySwapNodeMarked": every},
+        ))
     return findings

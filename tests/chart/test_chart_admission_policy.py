@@ -28,8 +28,10 @@ from webhook.render.admission_policy import helm_values, render_admission_polici
 BEFORE_MODE = "e88458c05e5137f113284255a759afba7da9102e"
 # Chart files changed deliberately since BEFORE_MODE, in what mode webhook renders but not by
 # the mode: the comparison takes them as they are now. The dashboard: the labeller's
-# swapwise_labeller_permille_nodes on its Swap nodes panel.
-CHANGED_SINCE = ("files/dashboard.json",)
+# swapwise_labeller_permille_nodes on its Swap nodes panel, and the pressure guard's panels;
+# the rules: the pressure guard's alerts; the labeller: its Events Role in `default`.
+CHANGED_SINCE = ("files/dashboard.json", "files/prometheus-rules.yaml",
+                 "templates/labeller.yaml")
 SWAPWISE = str(Path(sys.executable).with_name("swapwise"))
 AP_KINDS = ["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
@@ -170,7 +172,8 @@ def test_renders_none_of_the_webhook_pieces(chart: Chart) -> None:
         "ClusterRoleBinding/sw-swapwise-audit", "ClusterRoleBinding/sw-swapwise-labeller",
         "ConfigMap/sw-swapwise-dashboard", "Deployment/sw-swapwise-labeller",
         "PrometheusRule/sw-swapwise", "Role/sw-swapwise-labeller",
-        "RoleBinding/sw-swapwise-labeller", "ServiceAccount/sw-swapwise-audit",
+        "Role/sw-swapwise-labeller-events", "RoleBinding/sw-swapwise-labeller",
+        "RoleBinding/sw-swapwise-labeller-events", "ServiceAccount/sw-swapwise-audit",
         "ServiceAccount/sw-swapwise-labeller",
     ]
     for kind in ("MutatingWebhookConfiguration", "Service", "Secret", "Issuer", "Certificate",
@@ -182,7 +185,9 @@ def test_keeps_only_the_alerts_and_panels_that_need_no_server(chart: Chart) -> N
     objs = chart.render(merged(EVERYTHING, rendered_values()))
     rules = [r for g in one(objs, "PrometheusRule")["spec"]["groups"] for r in g["rules"]]
     assert [r["alert"] for r in rules] == ["SwapwiseReshapedPodOnNodeWithoutSwap",
-                                           "SwapwiseContainerSwapNearLimit"]
+                                           "SwapwiseContainerSwapNearLimit",
+                                           "SwapwiseNodeMemoryPressure",
+                                           "SwapwiseMemoryPSIUnreadable"]
     source = yaml.safe_load((CHART / "files" / "prometheus-rules.yaml").read_text())
     kept = [r for g in source["groups"] for r in g["rules"]
             if not SERVER_METRIC.search(r["expr"])]

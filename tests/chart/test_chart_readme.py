@@ -64,7 +64,8 @@ def test_labeller_section_names_what_it_renders() -> None:
     section = text[text.index("## Node labeller"):text.index("## Values")]
     template = (CHART / "templates" / "labeller.yaml").read_text()
     kinds = re.findall(r"^kind: (\w+)$", template, re.MULTILINE)
-    assert len(kinds) == 6
+    assert len(kinds) == 8  # with the Role and RoleBinding for Events in `default`
     flat = " ".join(section.split())
     for kind in kinds:
         assert kind in flat, kind
+    assert "`<fullname>-labeller-events` in `default`" in flat

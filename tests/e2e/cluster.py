@@ -471,6 +471,16 @@ class ControlPlane:
         paths[1].write_bytes(key)
         return paths
 
+    def issue_serving_cert(self, name: str, dns: str, ip: str) -> tuple[Path, Path]:
+        """A serving certificate from the cluster CA (e.g. for a stand-in kubelet)."""
+        if self._ca is None:
+            raise ClusterError("the control plane has not been started")
+        crt, key = self._ca.issue(dns, dns=[dns], ips=[ip], server=True)
+        paths = self.pki / f"{name}.crt", self.pki / f"{name}.key"
+        paths[0].write_bytes(crt)
+        paths[1].write_bytes(key)
+        return paths
+
     def _component(self, name: str, argv: list[str]) -> Component:
         c = Component(name, argv, self.workdir / f"{name}.log")
         c.start()

@@ -30,6 +30,8 @@ VALUES: dict[str, dict[str, Any]] = {
         "metrics": {"serviceMonitor": {"enabled": True}},
     },
     "labeller": {"labeller": {"enabled": True}},
+    "labeller-pressure-guard": {"labeller": {"enabled": True, "pressureGuard": {
+        "enabled": True, "markAbove": 35, "clearBelow": 5, "interval": 5}}},
     "url-mode": {"webhook": {"url": "https://127.0.0.1:8443"}},
 }
 

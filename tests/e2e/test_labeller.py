@@ -6,12 +6,15 @@ as a kubelet would) and declare their kubelet's swapBehavior with the node label
 manages a label key of its own, so the session's other tests keep the NFD label exactly as
 they set it, and counters can be predicted exactly. The `kubelet` source against a real
 kubelet is tested in tests/node/; here only its failure path (fake nodes have no kubelet).
+The pressure guard reads the memory PSI of fake nodes from stand-in kubelets
+(tests/e2e/fakekubelet.py) through the API server's node proxy, as it would real ones.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 import urllib.error
@@ -31,6 +34,7 @@ from tests.e2e.cluster import (
     swapwise_executable,
     wait_for,
 )
+from tests.e2e.fakekubelet import NO_ADDRESS, fake_kubelets, host_address
 
 pytestmark = pytest.mark.e2e
 
@@ -400,12 +404,14 @@ def _apply_chart_rbac(cp: ControlPlane, namespace: str, release: str, *sets: str
         if doc
         and doc["kind"]
         in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
-        and doc["metadata"]["name"] == account
+        and doc["metadata"]["name"] in (account, f"{account}-events")
     ]
     assert sorted(doc["kind"] for doc in rbac) == [
         "ClusterRole",
         "ClusterRoleBinding",
         "Role",
+        "Role",  # the Events Role, in `default`
+        "RoleBinding",
         "RoleBinding",
         "ServiceAccount",
     ]
@@ -465,6 +471,11 @@ def test_chart_rbac_is_all_the_labeller_needs(control_plane: ControlPlane) -> No
         ("update", "leases/other", ["-n", namespace], "no"),
         ("create", "leases", ["-n", "default"], "no"),
         ("list", "pods", ["-A"], "no"),
+        # Events about Nodes must go to `default`: create there, and nothing more.
+        ("create", "events", ["-n", "default"], "yes"),
+        ("create", "events", ["-n", namespace], "no"),
+        ("delete", "events", ["-n", "default"], "no"),
+        ("list", "events", ["-n", "default"], "no"),
     ):
         answer = _can_i(cp, subject, verb, resource, *scope)
         assert answer == allowed, f"{subject} can-i {verb} {resource} {scope}: {answer}"
@@ -541,3 +552,150 @@ def test_kubelet_source_leaves_a_node_alone_when_its_kubelet_cannot_be_asked(
         assert "forbidden" not in log.lower()
     finally:
         labeller.stop()
+
+
+PRESSURE = "swapwise.io/memory-pressure"  # the mark (label) and its annotation
+# Short windows so the test takes seconds: a read every 0.5 s, mark after 3 s at or above
+# 40 %, clear after 4 s below 10 %.
+GUARD = ("--pressure-guard", "--pressure-interval", "0.5", "--pressure-mark-above", "40",
+         "--pressure-clear-below", "10", "--pressure-mark-after", "3",
+         "--pressure-clear-after", "4")
+MARK_AFTER, CLEAR_AFTER, SLACK = 3.0, 4.0, 10.0  # slack: reads, patch, a busy machine
+STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
+
+
+def pressure_note(cp: ControlPlane, node: str) -> str | None:
+    value = (cp.get_json("node", node)["metadata"].get("annotations") or {}).get(PRESSURE)
+    return None if value is None else str(value)
+
+
+def node_events(cp: ControlPlane, node: str, reason: str) -> list[dict[str, Any]]:
+    """Events about ``node`` with ``reason``, found as `kubectl describe node` finds them."""
+    items: list[dict[str, Any]] = cp.get_json(
+        "events", "-A", "--field-selector",
+        f"involvedObject.kind=Node,involvedObject.name={node},reason={reason}")["items"]
+    return items
+
+
+def test_pressure_guard_marks_and_clears_swap_nodes_from_their_kubelets_psi(
+    control_plane: ControlPlane,
+) -> None:
+    """Under the chart's RBAC with the guard on, against stand-in kubelets behind the API
+    server's node proxy: a node whose PSI stays high is marked within the window (not
+    before), gets the annotation and an Event, and is cleared the same way; a node whose PSI
+    jumps across both thresholds on every read is never marked; failed and garbage reads
+    change nothing and are counted; a node that is not a swap node is never read."""
+    cp = control_plane
+    if host_address() is None:
+        pytest.skip(NO_ADDRESS)
+    namespace, release = "labeller-guard", "lblg"
+    account = f"{release}-swapwise-labeller"
+    subject = _apply_chart_rbac(cp, namespace, release, "labeller.pressureGuard.enabled=true")
+    answer = _can_i(cp, subject, "get", "nodes", "--subresource=proxy")
+    assert answer == "yes", f"{subject} can-i get nodes/proxy: {answer}"
+    key = "e2e.swapwise.io/swap-guard"
+    swap = ("psi-hot", "psi-calm", "psi-flap", "psi-down", "psi-nopsi")
+    for name in swap:
+        cp.create_node(name, memory="16Gi", cpu="8", labels=LIMITED, swap_capacity=8 * GI)
+    cp.create_node("psi-plain", memory="16Gi", cpu="8", labels=LIMITED)  # no swap
+    labeller: LabellerProcess | None = None
+    try:
+        with fake_kubelets(cp, [*swap, "psi-plain"]) as kubelets:
+            kubelets["psi-hot"].answer(2.0)
+            kubelets["psi-calm"].answer(3.0)
+            kubelets["psi-flap"].cycle(55.0, 2.0)  # across both thresholds on every read
+            kubelets["psi-down"].answer((500, b'{"kind": "Status", "message": "kubelet '
+                                             b'stats unavailable"}'))
+            no_psi = {"node": {"nodeName": "psi-nopsi", "memory": {"workingSetBytes": 1}},
+                      "pods": []}
+            kubelets["psi-nopsi"].answer((200, json.dumps(no_psi).encode()))
+            labeller = LabellerProcess(
+                cp, "guard", key, account, namespace, _account_kubeconfig(cp, account, namespace),
+                extra=GUARD,
+            ).start()
+            # The guard reads the swap nodes once they are judged: a calm start.
+            cp.wait_for(lambda: kubelets["psi-hot"].reads() >= 4, 20, what="psi-hot read")
+            assert PRESSURE not in labels(cp, "psi-hot")
+
+            # Pressure: marked once every read has stayed >= 40 % for 3 s, not before.
+            start = time.monotonic()
+            kubelets["psi-hot"].answer(55.0)
+            cp.wait_for(lambda: labels(cp, "psi-hot").get(PRESSURE) == "true",
+                        MARK_AFTER + SLACK, interval=0.1, what="psi-hot marked")
+            took = time.monotonic() - start
+            assert MARK_AFTER <= took <= MARK_AFTER + SLACK, took
+            note = str(pressure_note(cp, "psi-hot"))
+            assert re.fullmatch(r"marked: memory PSI some avg10 55\.0% >= 40% for [34] s "
+                                rf"\(full avg10 0\.5%\) at {STAMP}", note), note
+            uid = cp.get_json("node", "psi-hot")["metadata"]["uid"]
+            cp.wait_for(lambda: node_events(cp, "psi-hot", "SwapwiseMemoryPressure"), 10,
+                        what="the SwapwiseMemoryPressure Event")
+            [event] = node_events(cp, "psi-hot", "SwapwiseMemoryPressure")
+            assert event["metadata"]["namespace"] == "default"
+            assert (event["type"], event["message"]) == ("Warning", note)
+            assert event["involvedObject"]["uid"] == uid
+            assert event["source"]["component"] == "swapwise-labeller"
+            assert labels(cp, "psi-hot")[key] == "true"  # the swap label is untouched
+            # swapwise audit lists it, with what the annotation says.
+            audit = subprocess.run(
+                [swapwise_executable(), "audit", "--kubeconfig", str(cp.kubeconfig), "-o",
+                 "json"], capture_output=True, text=True, timeout=120, check=False)
+            assert audit.returncode == 1, audit.stderr  # a finding that needs action
+            [finding] = [f for f in json.loads(audit.stdout)["findings"]
+                         if f["check"] == "node-memory-pressure"]
+            assert finding["object"] == "Node/psi-hot" and finding["action"] is True
+            assert finding["details"]["annotation"] == note
+            metrics = labeller.metrics()
+            assert metrics["swapwise_labeller_pressure_marked_nodes"] == 1
+            assert metrics['swapwise_labeller_pressure_transitions_total{action="mark"}'] == 1
+            hot = 'swapwise_labeller_memory_psi_avg10_percent{kind="some",node="psi-hot"}'
+            assert metrics[hot] == 55.0
+
+            # Calm again: cleared once every read has stayed < 10 % for 4 s, not before.
+            start = time.monotonic()
+            kubelets["psi-hot"].answer(2.0)
+            cp.wait_for(lambda: PRESSURE not in labels(cp, "psi-hot"),
+                        CLEAR_AFTER + SLACK, interval=0.1, what="psi-hot cleared")
+            took = time.monotonic() - start
+            assert CLEAR_AFTER <= took <= CLEAR_AFTER + SLACK, took
+            note = str(pressure_note(cp, "psi-hot"))
+            assert re.fullmatch(r"cleared: memory PSI some avg10 2\.0% < 10% for [45] s "
+                                rf"\(full avg10 0\.5%\) at {STAMP}", note), note
+            cp.wait_for(lambda: node_events(cp, "psi-hot", "SwapwiseMemoryPressureCleared"),
+                        10, what="the SwapwiseMemoryPressureCleared Event")
+            [event] = node_events(cp, "psi-hot", "SwapwiseMemoryPressureCleared")
+            assert (event["type"], event["message"]) == ("Normal", note)
+
+            # The others, all along: never marked, never annotated.
+            # Read for twice the mark window and more, flipping each time: no window ends.
+            assert kubelets["psi-flap"].reads() >= 2 * MARK_AFTER / 0.5
+            for name in ("psi-calm", "psi-flap", "psi-down", "psi-nopsi"):
+                assert PRESSURE not in labels(cp, name), name
+                assert pressure_note(cp, name) is None, name
+            assert kubelets["psi-plain"].reads() == 0  # not a swap node: never asked
+            # Through the proxy, with the query: the kubelet's CPU-and-memory Summary only.
+            assert set(kubelets["psi-hot"].requests) == {
+                "/stats/summary?only_cpu_and_memory=true"}
+            # Every failed read is counted (the session's other swap nodes, which have no
+            # kubelet at all, add theirs: at least, not exactly).
+            failing = kubelets["psi-down"].reads() + kubelets["psi-nopsi"].reads()
+            metrics = labeller.metrics()
+            assert failing >= 20
+            assert metrics["swapwise_labeller_psi_read_errors_total"] >= failing - 2
+            assert metrics["swapwise_labeller_pressure_marked_nodes"] == 0
+            assert metrics['swapwise_labeller_pressure_transitions_total{action="clear"}'] == 1
+            assert metrics["swapwise_labeller_reconcile_errors_total"] == 0
+            assert not any(name.startswith("swapwise_labeller_memory_psi_avg10_percent")
+                           and "psi-down" in name for name in metrics)
+            log = labeller.component.tail(600)
+            assert re.search(r'"memory PSI unreadable; mark and windows left as they are".*'
+                             r'"node": "psi-down".*HTTP 500: kubelet stats unavailable', log)
+            assert re.search(r'"node": "psi-nopsi".*no node.memory.psi', log)
+            assert log.count('"node": "psi-down", "error"') == 1  # logged once, not per read
+            assert '"memory pressure mark set"' in log and '"memory pressure mark cleared"' in log
+            assert "forbidden" not in log.lower()
+            assert lease(cp, account, namespace)["holderIdentity"] == "guard"
+    finally:
+        if labeller is not None:
+            labeller.stop()
+        cp.kubectl("delete", "node", *swap, "psi-plain", "--wait=false", check=False)

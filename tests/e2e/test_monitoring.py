@@ -4,12 +4,14 @@ swapwise's metrics returns data.
 
 Traffic that makes each series exist: mutated, unchanged and unknown-profile admission
 reviews, a body that is not an AdmissionReview and one over 3 MiB, straight to the server
-over TLS. The kubelet's swap metrics need a real kubelet (tests/node); here the panels on
-them are only parsed (tests/monitoring/test_rules.py).
+over TLS; the labeller runs its pressure guard on a fake swap node whose stand-in kubelet
+reports memory PSI (tests/e2e/fakekubelet.py). The kubelet's swap metrics need a real
+kubelet (tests/node); here the panels on them are only parsed (tests/monitoring/test_rules.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import ssl
 import urllib.error
@@ -21,7 +23,8 @@ from typing import Any
 import pytest
 
 from tests.e2e.cluster import ControlPlane, Swapwise, wait_for
-from tests.e2e.test_labeller import LabellerProcess
+from tests.e2e.fakekubelet import fake_kubelets, host_address
+from tests.e2e.test_labeller import GI, LIMITED, LabellerProcess
 from tests.monitoring.prom import RULES, Prometheus, queries
 from tests.support.pods import container, guaranteed, pod, review
 
@@ -32,6 +35,11 @@ pytestmark = pytest.mark.e2e
 class Monitored:
     prom: Prometheus
     bad_request: Callable[[], int]  # sends a body swapwise refuses; returns the status
+    psi_node: bool  # a swap node with a stand-in kubelet: the per-node PSI series exist
+
+
+PSI_NODE = "monitoring-psi"
+PSI_QUERY = "swapwise_labeller_memory_psi_avg10_percent"
 
 
 def post(url: str, body: bytes, ctx: ssl.SSLContext) -> int:
@@ -49,34 +57,42 @@ def monitored(
     control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Monitored]:
     workdir = tmp_path_factory.mktemp("monitoring")
-    labeller = LabellerProcess(control_plane, "monitoring-0", "swapwise.io/test-monitoring",
-                               "monitoring-labeller").start()
-    try:
-        with Swapwise(workdir / "swapwise") as sw:
-            ctx = ssl.create_default_context(cafile=str(sw.cert_dir / "ca.crt"))
-            mutated = review(pod(guaranteed()), namespace="team")
-            unchanged = review(pod(container(request="256Mi", limit="1Gi"), nodeName="n1"),
-                               namespace="team")  # bound, swap-eligible: nothing to do
-            for _ in range(3):
-                for url, body, status in (
-                    (f"{sw.url_base}/mutate/default", json.dumps(mutated).encode(), 200),
-                    (f"{sw.url_base}/mutate/default", json.dumps(unchanged).encode(), 200),
-                    (f"{sw.url_base}/mutate/gone", json.dumps(mutated).encode(), 200),
-                    (f"{sw.url_base}/mutate/default", b'{"kind": "Pod"}', 400),
-                    (f"{sw.url_base}/mutate/default", b"x" * (3 * 1024 * 1024 + 1), 413),
-                ):
-                    assert post(url, body, ctx) == status
-            scrape = [
-                {"job_name": "swapwise", "scheme": "https",
-                 "tls_config": {"ca_file": str(sw.cert_dir / "ca.crt")},
-                 "static_configs": [{"targets": [f"127.0.0.1:{sw.port}"]}]},
-                {"job_name": "swapwise-labeller",
-                 "static_configs": [{"targets": [f"127.0.0.1:{labeller.port}"]}]},
-            ]
-            with Prometheus(workdir / "prometheus", scrape) as prom:
-                yield Monitored(prom, lambda: post(f"{sw.url_base}/mutate/default", b"[]", ctx))
-    finally:
-        labeller.stop()
+    cp = control_plane
+    cp.create_node(PSI_NODE, memory="16Gi", cpu="8", labels=LIMITED, swap_capacity=8 * GI)
+    with contextlib.ExitStack() as stack:
+        stack.callback(cp.kubectl, "delete", "node", PSI_NODE, "--wait=false", check=False)
+        psi_node = host_address() is not None  # else the per-node PSI panel stays empty
+        if psi_node:
+            stack.enter_context(fake_kubelets(cp, [PSI_NODE]))[PSI_NODE].answer(12.5)
+        labeller = LabellerProcess(cp, "monitoring-0", "swapwise.io/test-monitoring",
+                                   "monitoring-labeller",
+                                   extra=("--pressure-guard", "--pressure-interval", "1"))
+        stack.callback(labeller.stop)
+        labeller.start()
+        sw = stack.enter_context(Swapwise(workdir / "swapwise"))
+        ctx = ssl.create_default_context(cafile=str(sw.cert_dir / "ca.crt"))
+        mutated = review(pod(guaranteed()), namespace="team")
+        unchanged = review(pod(container(request="256Mi", limit="1Gi"), nodeName="n1"),
+                           namespace="team")  # bound, swap-eligible: nothing to do
+        for _ in range(3):
+            for url, body, status in (
+                (f"{sw.url_base}/mutate/default", json.dumps(mutated).encode(), 200),
+                (f"{sw.url_base}/mutate/default", json.dumps(unchanged).encode(), 200),
+                (f"{sw.url_base}/mutate/gone", json.dumps(mutated).encode(), 200),
+                (f"{sw.url_base}/mutate/default", b'{"kind": "Pod"}', 400),
+                (f"{sw.url_base}/mutate/default", b"x" * (3 * 1024 * 1024 + 1), 413),
+            ):
+                assert post(url, body, ctx) == status
+        scrape = [
+            {"job_name": "swapwise", "scheme": "https",
+             "tls_config": {"ca_file": str(sw.cert_dir / "ca.crt")},
+             "static_configs": [{"targets": [f"127.0.0.1:{sw.port}"]}]},
+            {"job_name": "swapwise-labeller",
+             "static_configs": [{"targets": [f"127.0.0.1:{labeller.port}"]}]},
+        ]
+        with Prometheus(workdir / "prometheus", scrape) as prom:
+            yield Monitored(prom, lambda: post(f"{sw.url_base}/mutate/default", b"[]", ctx),
+                            psi_node)
 
 
 def test_both_targets_are_up_and_the_alert_rules_load(monitored: Monitored) -> None:
@@ -90,13 +106,15 @@ def test_both_targets_are_up_and_the_alert_rules_load(monitored: Monitored) -> N
     groups = monitored.prom.api("rules")["groups"]
     rules = [r for g in groups for r in g["rules"]]
     assert len(rules) == len([line for line in RULES.read_text().splitlines()
-                              if line.strip().startswith("- alert:")]) == 7
+                              if line.strip().startswith("- alert:")]) == 9
     assert all(r["type"] == "alerting" and r["health"] == "ok" for r in rules), rules
 
 
 def test_every_swapwise_dashboard_query_returns_data(monitored: Monitored) -> None:
     ours = [(title, expr) for title, expr in queries() if "swapwise_" in expr]
-    assert len(ours) >= 17
+    assert len(ours) >= 22
+    if not monitored.psi_node:  # no stand-in kubelet on this machine: no per-node series
+        ours = [(title, expr) for title, expr in ours if PSI_QUERY not in expr]
     empty = monitored.prom.without_data(ours, 60)
     assert not empty, f"dashboard queries without data: {empty}"
     # The numbers are the traffic sent: 3 of each outcome.
@@ -115,3 +133,21 @@ def test_every_swapwise_dashboard_query_returns_data(monitored: Monitored) -> No
             '{outcome=~"error|invalid|too_large"}[5m])) > 0')
     errors = wait_for(lambda: monitored.prom.query(expr) or None, 30, what="error rate above 0")
     assert {r["metric"]["outcome"] for r in errors} == {"invalid"}
+
+
+def test_the_pressure_panel_shows_the_nodes_psi_and_the_thresholds(monitored: Monitored) -> None:
+    """The guard's own figures, as the dashboard queries them: the stand-in kubelet's PSI
+    for its node, the default thresholds, no node marked."""
+    if not monitored.psi_node:
+        pytest.skip("no stand-in kubelet on this machine (no global unicast address)")
+    [panel] = [expr for title, expr in queries()
+               if title.startswith("Memory pressure on swap nodes") and PSI_QUERY in expr]
+    series = wait_for(lambda: {r["metric"]["node"]: float(r["value"][1])
+                               for r in monitored.prom.query(panel)} or None,
+                      30, what="the PSI panel's series")
+    assert series[PSI_NODE] == 12.5
+    thresholds = {r["metric"]["bound"]: float(r["value"][1]) for r in monitored.prom.query(
+        "max by (bound) (swapwise_labeller_pressure_threshold_percent)")}
+    assert thresholds == {"mark": 40.0, "clear": 10.0}
+    [marked] = monitored.prom.query("max(swapwise_labeller_pressure_marked_nodes)")
+    assert float(marked["value"][1]) == 0

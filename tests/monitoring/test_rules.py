@@ -108,6 +108,11 @@ def test_dashboard_shape() -> None:
                    "swapwise_labeller_permille_nodes",
                    "swapwise_labeller_nodes_by_reason",
                    "swapwise_labeller_kubelet_config_errors_total",
+                   "swapwise_labeller_pressure_marked_nodes",
+                   "swapwise_labeller_pressure_transitions_total",
+                   "swapwise_labeller_psi_read_errors_total",
+                   "swapwise_labeller_memory_psi_avg10_percent",
+                   "swapwise_labeller_pressure_threshold_percent",
                    "node_swap_usage_bytes", "container_swap_usage_bytes",
                    "container_swap_limit_bytes", "pod_swap_usage_bytes"):
         assert metric in text, metric

@@ -22,7 +22,7 @@ def register(subcommands: Any) -> None:
         "audit",
         help="report what in the cluster needs action: pods not reshaped, reshaped pods "
              "without swap or on nodes that do not back them, HPAs/VPAs, LimitRanges/quotas, "
-             "swap labels vs nodes (read-only)",
+             "swap labels vs nodes, nodes marked under memory pressure (read-only)",
     )
     parser.add_argument("--kubeconfig",
                         help="kubeconfig file (default: in-cluster, else $KUBECONFIG or "

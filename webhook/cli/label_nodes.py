@@ -2,7 +2,8 @@
 
 A swap node has swap capacity and a kubelet running ``swapBehavior: LimitedSwap``; where the
 behaviour is learnt from is ``--swap-behavior-source`` (see docs/labeller.md). Swap nodes
-also get ``swapwise.io/swap-permille``, their swap capacity per mille of their memory.
+also get ``swapwise.io/swap-permille``, their swap capacity per mille of their memory, and,
+with ``--pressure-guard``, ``swapwise.io/memory-pressure`` while their memory PSI stays high.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import argparse
 from typing import Any
 
 from webhook.cli.common import fail
+from webhook.labeller import pressure as defaults
 from webhook.profile import SWAP_LABEL
 
 
@@ -52,6 +54,33 @@ def register(subcommands: Any) -> None:
                         help="with --swap-behavior-source kubelet: seconds a kubelet's answer "
                              "is reused before it is read again (default 300; every --resync "
                              "reads all again)")
+    guard = parser.add_argument_group(
+        "pressure guard",
+        "mark a swap node swapwise.io/memory-pressure=true while its memory PSI (kubelet "
+        "Summary, through the API server: needs RBAC nodes/proxy get) stays high, so new "
+        "reshaped pods are not placed there; nothing is evicted (docs/labeller.md)")
+    guard.add_argument("--pressure-guard", action=argparse.BooleanOptionalAction,
+                       default=False, help="turn the guard on (default off; when off, marks "
+                       "left on nodes are removed)")
+    guard.add_argument("--pressure-interval", type=float, default=defaults.DEFAULT_INTERVAL,
+                       metavar="S", help="seconds between reads of each swap node "
+                       f"(default {defaults.DEFAULT_INTERVAL:g})")
+    guard.add_argument("--pressure-mark-above", type=float,
+                       default=defaults.DEFAULT_MARK_ABOVE, metavar="PCT",
+                       help="mark when memory PSI some avg10 is at or above this percentage "
+                       f"on every read... (default {defaults.DEFAULT_MARK_ABOVE:g})")
+    guard.add_argument("--pressure-mark-after", type=float,
+                       default=defaults.DEFAULT_MARK_AFTER, metavar="S",
+                       help="...for at least this many seconds "
+                       f"(default {defaults.DEFAULT_MARK_AFTER:g})")
+    guard.add_argument("--pressure-clear-below", type=float,
+                       default=defaults.DEFAULT_CLEAR_BELOW, metavar="PCT",
+                       help="clear when it is below this percentage on every read... "
+                       f"(default {defaults.DEFAULT_CLEAR_BELOW:g})")
+    guard.add_argument("--pressure-clear-after", type=float,
+                       default=defaults.DEFAULT_CLEAR_AFTER, metavar="S",
+                       help="...for at least this many seconds "
+                       f"(default {defaults.DEFAULT_CLEAR_AFTER:g})")
     parser.add_argument("--log-level", default="info",
                         choices=["debug", "info", "warning", "error"])
     parser.set_defaults(func=run)
@@ -60,8 +89,10 @@ def register(subcommands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     # The Kubernetes client is only needed by this command: import it here.
     from webhook.engine.backing import PERMILLE_LABEL
+    from webhook.engine.pressure import PRESSURE_LABEL
     from webhook.labeller.labels import Label, LabelError
     from webhook.labeller.lease import Timing
+    from webhook.labeller.pressure import PressureSettings
     from webhook.labeller.run import LabellerOptions, default_identity, serve
 
     if not 0 < args.metrics_port < 65536:
@@ -75,6 +106,14 @@ def run(args: argparse.Namespace) -> int:
         if label.key == PERMILLE_LABEL:
             raise LabelError(f"{args.label!r}: {PERMILLE_LABEL} is the per-mille label "
                              "label-nodes always manages; choose another swap label")
+        if label.key == PRESSURE_LABEL:
+            raise LabelError(f"{args.label!r}: {PRESSURE_LABEL} is the pressure guard's "
+                             "mark; choose another swap label")
+        # Checked whether the guard is on or not: a bad value must not wait to surface
+        # until someone turns it on.
+        pressure = PressureSettings(args.pressure_interval, args.pressure_mark_above,
+                                    args.pressure_clear_below, args.pressure_mark_after,
+                                    args.pressure_clear_after)
         options = LabellerOptions(
             kubeconfig=args.kubeconfig,
             label=label,
@@ -87,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
             resync_seconds=args.resync,
             swap_behavior_source=args.swap_behavior_source,
             kubelet_config_ttl=args.kubelet_config_ttl,
+            pressure=pressure if args.pressure_guard else None,
             log_level=args.log_level,
         )
     except (LabelError, ValueError) as exc:

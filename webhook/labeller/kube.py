@@ -2,11 +2,13 @@
 
 Nodes cross this boundary as plain dicts (``to_dict()``), so the decision logic reads
 ``status.nodeInfo.swap`` the same way whatever the installed lightkube-models knows; a
-kubelet's ``/configz`` crosses it as decoded JSON, checked by :mod:`.labels`.
+kubelet's ``/configz`` crosses it as decoded JSON, checked by :mod:`.labels`, and so does
+its Summary (``/stats/summary``), checked by :mod:`.pressure`.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,21 +19,36 @@ import httpx2
 from lightkube import ApiError, AsyncClient, KubeConfig
 from lightkube.core.generic_client import BasicRequest
 from lightkube.models.coordination_v1 import LeaseSpec
+from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
-from lightkube.resources.core_v1 import Node
+from lightkube.resources.core_v1 import Event, Node
 from lightkube.types import PatchType
 
 from webhook.labeller.lease import Conflict, LeaseRecord
 
 FIELD_MANAGER = "swapwise-labeller"
 WATCH_SECONDS = 300  # the server ends each watch after this; lightkube resumes it
-CONFIGZ_TIMEOUT = 5.0  # seconds for one /configz read (API server -> kubelet -> back)
+KUBELET_TIMEOUT = 5.0  # seconds for one kubelet read (API server -> kubelet -> back)
 CONFIGZ_MAX_BYTES = 1 << 20  # a kubelet configuration is a few KiB; refuse to buffer more
+# A CPU-and-memory Summary is about 1 KiB per pod and container: 4 MiB covers a few
+# thousand containers.
+SUMMARY_MAX_BYTES = 4 << 20
+EVENT_NAMESPACE = "default"  # where Events about cluster-scoped objects must go
+EVENT_MESSAGE_CHARS = 1024
 
 
-class KubeletConfigError(Exception):
-    """A ``/configz`` read that did not give a JSON document (HTTP error, too big, not JSON)."""
+class KubeletReadError(Exception):
+    """A kubelet read through the node proxy that did not give a JSON document (HTTP error,
+    too big, not JSON)."""
+
+
+class KubeletConfigError(KubeletReadError):
+    """A ``/configz`` read that did not give a JSON document."""
+
+
+class KubeletSummaryError(KubeletReadError):
+    """A ``/stats/summary`` read that did not give a JSON document."""
 
 
 def make_client(kubeconfig: str | None) -> AsyncClient:
@@ -135,36 +152,69 @@ class KubeNodes:
         return node.to_dict()
 
     async def kubelet_config(self, name: str) -> Any:
-        """``GET /api/v1/nodes/{name}/proxy/configz``: the kubelet's running configuration.
+        """``GET /api/v1/nodes/{name}/proxy/configz``: the kubelet's running configuration."""
+        return await self._kubelet_json(name, "configz", {}, "configz", CONFIGZ_MAX_BYTES,
+                                        KubeletConfigError)
+
+    async def node_summary(self, name: str) -> Any:
+        """``GET /api/v1/nodes/{name}/proxy/stats/summary?only_cpu_and_memory=true``: the
+        kubelet's Summary, the node's CPU and memory part only (which carries its memory
+        PSI), without the filesystem and network figures it would otherwise gather."""
+        return await self._kubelet_json(name, "stats/summary", {"only_cpu_and_memory": "true"},
+                                        "Summary", SUMMARY_MAX_BYTES, KubeletSummaryError)
+
+    async def _kubelet_json(self, name: str, path: str, params: dict[str, str], what: str,
+                            limit: int, error: type[KubeletReadError]) -> Any:
+        """A kubelet endpoint through the API server's node proxy, decoded as JSON.
 
         lightkube has no call for the node proxy, so the request is built on its client
         (same server, credentials and TLS). The body is read with a size cap and a short
         timeout: it comes from a kubelet, through the API server, and must not stall or
-        swamp the reconcile loop.
+        swamp the labeller's loops.
         """
         generic = self.client._client
         request = generic.build_adapter_request(BasicRequest(
-            method="GET", url=f"api/v1/nodes/{quote(name, safe='')}/proxy/configz",
-            headers={"Accept": "application/json"}, timeout=httpx2.Timeout(CONFIGZ_TIMEOUT),
+            method="GET", url=f"api/v1/nodes/{quote(name, safe='')}/proxy/{path}",
+            params=params, headers={"Accept": "application/json"},
+            timeout=httpx2.Timeout(KUBELET_TIMEOUT),
         ))
         response = await generic._client.send(request, stream=True)
         body = bytearray()
         try:
             async for chunk in response.aiter_bytes():
                 body += chunk
-                if len(body) > CONFIGZ_MAX_BYTES:
+                if len(body) > limit:
                     break
         finally:
             await response.aclose()
         if response.status_code != 200:  # the start of the body says why
-            raise KubeletConfigError(f"HTTP {response.status_code}: "
-                                     f"{_status_message(bytes(body))}")
-        if len(body) > CONFIGZ_MAX_BYTES:
-            raise KubeletConfigError(f"configz answer larger than {CONFIGZ_MAX_BYTES} bytes")
+            raise error(f"HTTP {response.status_code}: {_status_message(bytes(body))}")
+        if len(body) > limit:
+            raise error(f"{what} answer larger than {limit} bytes")
         try:
             return json.loads(body)
         except ValueError as exc:  # also UnicodeDecodeError
-            raise KubeletConfigError(f"configz answer is not JSON: {exc}") from exc
+            raise error(f"{what} answer is not JSON: {exc}") from exc
+
+    async def create_event(self, node: dict[str, Any], event_type: str, reason: str,
+                           message: str, instance: str) -> None:
+        """A core/v1 Event about ``node``, as ``kubectl describe node`` lists them.
+
+        An Event about a cluster-scoped object must live in the ``default`` namespace (the
+        API server's validation), hence the chart's Role there.
+        """
+        metadata = node.get("metadata") or {}
+        name = str(metadata.get("name", ""))
+        now = dt.datetime.now(dt.UTC)
+        await self.client.create(Event(
+            metadata=ObjectMeta(generateName=f"{name}.", namespace=EVENT_NAMESPACE),
+            involvedObject=ObjectReference(apiVersion="v1", kind="Node", name=name,
+                                           uid=metadata.get("uid")),
+            reason=reason, message=message[:EVENT_MESSAGE_CHARS], type=event_type,
+            source=EventSource(component=FIELD_MANAGER),
+            reportingComponent=f"swapwise.io/{FIELD_MANAGER}", reportingInstance=instance[:128],
+            firstTimestamp=now, lastTimestamp=now, count=1,
+        ))
 
 
 def _status_message(body: bytes) -> str:

@@ -22,6 +22,7 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from webhook.engine.backing import PERMILLE_LABEL, node_permille
+from webhook.engine.pressure import PRESSURE_ANNOTATION, PRESSURE_LABEL, PRESSURE_VALUE
 from webhook.profile import SWAP_LABEL
 from webhook.quantity import MAX_INT64, QuantityError, parse_bytes
 
@@ -138,12 +139,23 @@ class Verdict:
 
 
 @dataclass(frozen=True)
+class PressureWant:
+    """Whether the node must carry the memory-pressure mark (:mod:`.pressure`), and the
+    annotation written with it when the mark comes or goes."""
+
+    marked: bool
+    message: str
+
+
+@dataclass(frozen=True)
 class NodeChange:
     node: str
     label: Literal["add", "remove", "keep"]
-    patch: dict[str, Any]  # JSON merge patch: these labels and this annotation, nothing else
+    patch: dict[str, Any]  # JSON merge patch: these labels and annotations, nothing else
     verdict: Verdict
     permille: Literal["set", "remove", "keep"] = "keep"  # the swapwise.io/swap-permille label
+    # The swapwise.io/memory-pressure mark: put on, taken off, or its value corrected.
+    pressure: Literal["mark", "clear", "fix", "keep"] = "keep"
 
 
 def as_mapping(value: Any) -> Mapping[str, Any]:
@@ -278,15 +290,21 @@ def judge(node: Mapping[str, Any], behavior: str | None, source: Source,
                    f"({where})")
 
 
-def desired_change(node: Mapping[str, Any], verdict: Verdict, label: Label) -> NodeChange | None:
+def desired_change(node: Mapping[str, Any], verdict: Verdict, label: Label,
+                   pressure: PressureWant | None = None) -> NodeChange | None:
     """The merge patch that makes ``node`` carry ``label``, ``swapwise.io/swap-permille``
-    and the annotation per ``verdict``.
+    and the annotation per ``verdict``, and the memory-pressure mark per ``pressure``.
 
     None when nothing must change, so a steady cluster costs no writes. An unknown verdict
     changes nothing. A node that is not a swap node loses the label only when it holds our
     value: another value does not match the webhook's nodeSelector, so it claims nothing
     and is not ours to remove. The per-mille label is swapwise's own whatever its value:
     any value on a node without a computable per-mille goes.
+
+    The memory-pressure mark is swapwise's own too: ``pressure`` None leaves it alone; else
+    the label is put on (value ``true``) or taken off, any value, and its annotation is
+    written only when the mark comes or goes, so it keeps saying why the last change was
+    made.
     """
     name = node_name(node)
     if not name or verdict.swap is None:
@@ -307,10 +325,24 @@ def desired_change(node: Mapping[str, Any], verdict: Verdict, label: Label) -> N
         permille, changed[PERMILLE_LABEL] = "set", str(wanted)
     elif wanted is None and PERMILLE_LABEL in labels:
         permille, changed[PERMILLE_LABEL] = "remove", None
+    annotations: dict[str, str] = {}
+    mark: Literal["mark", "clear", "fix", "keep"] = "keep"
+    if pressure is not None:
+        marked = labels.get(PRESSURE_LABEL)
+        if pressure.marked and marked is None:
+            mark, changed[PRESSURE_LABEL] = "mark", PRESSURE_VALUE
+            annotations[PRESSURE_ANNOTATION] = pressure.message
+        elif pressure.marked and marked != PRESSURE_VALUE:
+            mark, changed[PRESSURE_LABEL] = "fix", PRESSURE_VALUE
+        elif not pressure.marked and marked is not None:
+            mark, changed[PRESSURE_LABEL] = "clear", None
+            annotations[PRESSURE_ANNOTATION] = pressure.message
     if changed:
         patch["labels"] = changed
     if as_mapping(metadata.get("annotations")).get(SWAP_NODE_ANNOTATION) != verdict.message:
-        patch["annotations"] = {SWAP_NODE_ANNOTATION: verdict.message}
+        annotations[SWAP_NODE_ANNOTATION] = verdict.message
+    if annotations:
+        patch["annotations"] = annotations
     if not patch:
         return None
-    return NodeChange(name, action, {"metadata": patch}, verdict, permille)
+    return NodeChange(name, action, {"metadata": patch}, verdict, permille, mark)

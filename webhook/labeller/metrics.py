@@ -65,3 +65,38 @@ class LabellerMetrics:
             "retried with backoff).",
             registry=self.registry,
         )
+        # The pressure guard (--pressure-guard); the gauges are the leader's (0 or no series
+        # on followers, like the judgement gauges above).
+        self.pressure_marked_nodes = Gauge(
+            "swapwise_labeller_pressure_marked_nodes",
+            "Swap nodes carrying the swapwise.io/memory-pressure mark (new reshaped pods are "
+            "not placed there).",
+            registry=self.registry,
+        )
+        self.psi_read_errors = Counter(
+            "swapwise_labeller_psi_read_errors",
+            "Failed or unusable reads of a swap node's memory PSI (kubelet Summary through the "
+            "API server); the node's mark and windows are left as they are.",
+            registry=self.registry,
+        )
+        self.pressure_transitions = Counter(
+            "swapwise_labeller_pressure_transitions",
+            "Memory-pressure marks put on (action=mark) and taken off (action=clear) nodes.",
+            ["action"],
+            registry=self.registry,
+        )
+        self.memory_psi = Gauge(
+            "swapwise_labeller_memory_psi_avg10_percent",
+            "The last memory PSI avg10 read from each swap node's kubelet, in percent "
+            "(kind=some: some task waited on memory; kind=full: all did). No series while "
+            "the node cannot be read.",
+            ["node", "kind"],
+            registry=self.registry,
+        )
+        self.pressure_threshold = Gauge(
+            "swapwise_labeller_pressure_threshold_percent",
+            "The guard's thresholds on memory PSI some avg10: bound=mark (mark at or above) "
+            "and bound=clear (clear below). No series while the guard is off.",
+            ["bound"],
+            registry=self.registry,
+        )

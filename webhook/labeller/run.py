@@ -21,6 +21,7 @@ from webhook.labeller.kube import KubeLeaseStore, KubeNodes, make_client
 from webhook.labeller.labels import DEFAULT_LABEL, Label, Source
 from webhook.labeller.lease import Elector, Timing
 from webhook.labeller.metrics import LabellerMetrics
+from webhook.labeller.pressure import PressureSettings
 from webhook.logs import configure, get_logger
 
 log = get_logger("labeller")
@@ -45,6 +46,9 @@ class LabellerOptions:
     # "declared" (node label, no extra RBAC) or "kubelet" (configz, needs nodes/proxy get).
     swap_behavior_source: Source = "declared"
     kubelet_config_ttl: float = 300.0
+    # The memory-pressure guard (None: off); reads each swap node's Summary, needs
+    # nodes/proxy get like the kubelet source.
+    pressure: PressureSettings | None = None
     log_level: str = "info"
 
 
@@ -59,7 +63,8 @@ async def run_labeller(options: LabellerOptions, stop: asyncio.Event) -> None:
 
     labeller = Labeller(KubeNodes(client), options.label, metrics, leading,
                         options.resync_seconds, options.swap_behavior_source,
-                        options.kubelet_config_ttl)
+                        options.kubelet_config_ttl, pressure=options.pressure,
+                        identity=options.identity)
     elector = Elector(KubeLeaseStore(client, options.lease_name, namespace), options.identity,
                       options.timing, on_change=labeller.on_leadership)
     server = health_server(create_app(metrics, lambda: labeller.synced, leading),
@@ -67,6 +72,7 @@ async def run_labeller(options: LabellerOptions, stop: asyncio.Event) -> None:
     log.info("starting", extra={
         "label": str(options.label), "identity": options.identity,
         "swap_behavior_source": options.swap_behavior_source,
+        "pressure_guard": options.pressure.text() if options.pressure else "off",
         "lease": f"{namespace}/{options.lease_name}", "metrics": f"{options.host}:{options.port}",
     })
     serving = asyncio.create_task(server.serve(), name="http")
@@ -74,6 +80,8 @@ async def run_labeller(options: LabellerOptions, stop: asyncio.Event) -> None:
         asyncio.create_task(labeller.watch_loop(stop), name="watch"),
         asyncio.create_task(labeller.reconcile_loop(stop), name="reconcile"),
     ]
+    if options.pressure is not None:  # any worker that ends stops the process: only when on
+        workers.append(asyncio.create_task(labeller.pressure_loop(stop), name="pressure"))
     electing = asyncio.create_task(elector.run(stop), name="elector")
     stopping = asyncio.create_task(stop.wait())
     try:

@@ -1,0 +1,197 @@
+"""The pressure guard's decision, pure: memory PSI readings of a swap node in, mark or clear out.
+
+A swap node thrashes when the hot memory of its pods outgrows its RAM: every task stalls on
+swap-in, and the kubelet does nothing (its eviction signal, ``memory.available``, ignores
+swap). The kernel measures the stall as pressure stall information (PSI): the share of wall
+time in which some (``some``) or all (``full``) non-idle tasks waited for memory, averaged
+over 10 s (``avg10``, in percent). The kubelet reports the node's in its Summary API
+(``node.memory.psi``, feature ``KubeletPSI``, beta and on by default since 1.34).
+
+Hysteresis, so a node does not flap:
+
+- **mark** when ``some.avg10 >= mark_above`` on every read for at least ``mark_after``
+  seconds (from the first such read to the current one);
+- **clear** when ``some.avg10 < clear_below`` on every read for at least ``clear_after``
+  seconds;
+- in between (a read between the two thresholds, or a window not yet long enough) the state
+  is kept; a read that breaks a run starts that window again.
+
+Missing data (a failed read, a Summary without memory PSI, garbage) is no evidence either
+way: it changes neither the state nor a window. A window survives a missed read, but it
+only spans reads that follow each other closely: when more than :attr:`PressureSettings.gap`
+seconds (2.5 read intervals, so two missed reads in a row) pass between two good reads,
+both windows start again at the later one. So a node is never marked or cleared on evidence
+that has a blind stretch in it, and one lost read does not restart a minute-long window.
+
+The state of a node the guard has not read yet is the mark it carries (so a new leader, or
+a restarted labeller, keeps a mark until the clear window has passed).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+# The defaults: placeholders until the real-node measurements (tests/node) tune them. The CLI
+# flags, the chart (which passes only what is set) and the docs all take them from here.
+DEFAULT_INTERVAL = 10.0  # seconds between reads of each swap node
+DEFAULT_MARK_ABOVE = 40.0  # percent, some avg10
+DEFAULT_CLEAR_BELOW = 10.0  # percent, some avg10
+DEFAULT_MARK_AFTER = 60.0  # seconds
+DEFAULT_CLEAR_AFTER = 120.0  # seconds
+GAP_INTERVALS = 2.5  # reads further apart than this many intervals restart the windows
+
+
+class SummaryError(ValueError):
+    """A kubelet Summary that does not carry the node's memory PSI in the kubelet's shape."""
+
+
+@dataclass(frozen=True)
+class PSI:
+    """A node's memory pressure: ``some`` and ``full`` avg10, in percent (0-100)."""
+
+    some: float
+    full: float
+
+    def text(self) -> str:
+        return f"some avg10 {self.some:.1f}%, full avg10 {self.full:.1f}%"
+
+
+def _avg10(psi: Mapping[str, Any], kind: str) -> float:
+    data = psi.get(kind)
+    if not isinstance(data, Mapping):
+        raise SummaryError(f"node.memory.psi.{kind} is missing or not an object")
+    value = data.get("avg10")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise SummaryError(f"node.memory.psi.{kind}.avg10 is not a number: "
+                           f"{str(value)[:40]!r}")
+    if not math.isfinite(value) or not 0 <= value <= 100:
+        raise SummaryError(f"node.memory.psi.{kind}.avg10 {value!r} is not a percentage")
+    return float(value)
+
+
+def summary_memory_psi(payload: Any, node: str) -> PSI:
+    """``node.memory.psi.{some,full}.avg10`` of a kubelet Summary (``/stats/summary``).
+
+    Anything else raises :class:`SummaryError`: a Summary for another node, one without
+    memory PSI (the kubelet's ``KubeletPSI`` feature off, or a kernel without PSI: booted
+    with ``psi=0`` or built without ``CONFIG_PSI``), or values that are not percentages.
+    """
+    if not isinstance(payload, Mapping):
+        raise SummaryError(f"the Summary is a JSON {type(payload).__name__}, not an object")
+    stats = payload.get("node")
+    if not isinstance(stats, Mapping):
+        raise SummaryError("the Summary has no node object")
+    reported = stats.get("nodeName")
+    if isinstance(reported, str) and reported and reported != node:
+        raise SummaryError(f"the Summary is for node {reported[:63]!r}, not {node!r}")
+    memory = stats.get("memory")
+    if not isinstance(memory, Mapping):
+        raise SummaryError("the Summary has no node.memory object")
+    psi = memory.get("psi")
+    if psi is None:
+        raise SummaryError("the Summary has no node.memory.psi (kubelet feature KubeletPSI "
+                           "off, or a kernel without PSI)")
+    if not isinstance(psi, Mapping):
+        raise SummaryError("node.memory.psi is not an object")
+    return PSI(_avg10(psi, "some"), _avg10(psi, "full"))
+
+
+def _number(value: float) -> str:
+    """A threshold or a window as written: 40, 12.5."""
+    return f"{value:g}"
+
+
+@dataclass(frozen=True)
+class PressureSettings:
+    """Thresholds (percent of some avg10), windows and the read interval (seconds)."""
+
+    interval: float = DEFAULT_INTERVAL
+    mark_above: float = DEFAULT_MARK_ABOVE
+    clear_below: float = DEFAULT_CLEAR_BELOW
+    mark_after: float = DEFAULT_MARK_AFTER
+    clear_after: float = DEFAULT_CLEAR_AFTER
+
+    def __post_init__(self) -> None:
+        values = (self.interval, self.mark_above, self.clear_below, self.mark_after,
+                  self.clear_after)
+        if not all(math.isfinite(v) for v in values):
+            raise ValueError("pressure guard settings must be finite numbers")
+        if self.interval <= 0:
+            raise ValueError("--pressure-interval must be greater than zero")
+        if not 0 < self.clear_below <= self.mark_above <= 100:
+            raise ValueError("the pressure thresholds need 0 < --pressure-clear-below <= "
+                             "--pressure-mark-above <= 100 (percent)")
+        if self.mark_after < 0 or self.clear_after < 0:
+            raise ValueError("--pressure-mark-after and --pressure-clear-after must not be "
+                             "negative")
+
+    @property
+    def gap(self) -> float:
+        """Good reads further apart than this (seconds) do not make one window."""
+        return GAP_INTERVALS * self.interval
+
+    def text(self) -> str:
+        return (f"mark at some avg10 >= {_number(self.mark_above)}% for "
+                f"{_number(self.mark_after)} s, clear below {_number(self.clear_below)}% for "
+                f"{_number(self.clear_after)} s, read every {_number(self.interval)} s")
+
+
+def rfc3339(when: dt.datetime) -> str:
+    """UTC, whole seconds: ``2026-01-01T12:00:00Z``."""
+    return when.astimezone(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+Action = Literal["mark", "clear"]
+
+
+@dataclass(frozen=True)
+class Transition:
+    action: Action
+    message: str  # the annotation value, the Event's message, the log's "why"
+
+
+def forced_clear(reason: str, when: dt.datetime) -> str:
+    """The annotation when a mark goes for a reason other than low pressure."""
+    return f"cleared: {reason} at {rfc3339(when)}"
+
+
+class NodePressure:
+    """One swap node's guard state: the mark, the two windows, the last good reading."""
+
+    def __init__(self, settings: PressureSettings, marked: bool) -> None:
+        self.settings = settings
+        self.marked = marked  # what the node must carry
+        self.high_since: float | None = None  # first read of the current run >= mark_above
+        self.low_since: float | None = None  # first read of the current run < clear_below
+        self.read_at: float | None = None  # the last good read
+        self.last: PSI | None = None
+        self.message = ""  # the annotation of the last transition made here
+
+    def observe(self, psi: PSI, now: float, wall: dt.datetime) -> Transition | None:
+        """A good read at ``now`` (monotonic seconds); the transition it completes, if any."""
+        s = self.settings
+        if self.read_at is not None and now - self.read_at > s.gap:
+            self.high_since = self.low_since = None  # a blind stretch: start both again
+        self.read_at, self.last = now, psi
+        high = psi.some >= s.mark_above
+        low = psi.some < s.clear_below
+        self.high_since = (now if self.high_since is None else self.high_since) if high else None
+        self.low_since = (now if self.low_since is None else self.low_since) if low else None
+        if not self.marked and self.high_since is not None \
+                and now - self.high_since >= s.mark_after:
+            self.marked = True
+            self.message = (f"marked: memory PSI some avg10 {psi.some:.1f}% >= "
+                            f"{_number(s.mark_above)}% for {now - self.high_since:.0f} s "
+                            f"(full avg10 {psi.full:.1f}%) at {rfc3339(wall)}")
+            return Transition("mark", self.message)
+        if self.marked and self.low_since is not None and now - self.low_since >= s.clear_after:
+            self.marked = False
+            self.message = (f"cleared: memory PSI some avg10 {psi.some:.1f}% < "
+                            f"{_number(s.clear_below)}% for {now - self.low_since:.0f} s "
+                            f"(full avg10 {psi.full:.1f}%) at {rfc3339(wall)}")
+            return Transition("clear", self.message)
+        return None
