@@ -33,8 +33,9 @@ from tests.e2e.cluster import (
 )
 from tests.e2e.install import Installation
 from tests.node.incluster import IMAGE_ARCHIVE
-from tests.node.node import Artifacts, GVisor, RealNode, network_to_guest
+from tests.node.node import Artifacts, GVisor, PressureLog, RealNode, network_to_guest
 from tests.support.progress import uncaptured
+from webhook.engine.pressure import PRESSURE_LABEL
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "build" / "node-e2e" / "results.json"
@@ -133,15 +134,23 @@ def swapwise(control_plane: ControlPlane) -> Iterator[Installation]:
         install.stop_server()
 
 
+# The pressure guard of the scenarios' label-nodes: the default thresholds, windows shorter
+# than the defaults (so the suite waits less), read every 5 s.
+GUARD = {"interval": 5, "mark_above": 40, "mark_after": 30, "clear_below": 10, "clear_after": 60}
+
+
 class Labeller:
-    """``swapwise label-nodes`` reading each kubelet's configuration (``kubelet`` source)."""
+    """``swapwise label-nodes`` reading each kubelet's configuration (``kubelet`` source),
+    with the pressure guard on (``GUARD``)."""
 
     def __init__(self, cp: ControlPlane) -> None:
         self.port = free_port()
         argv = [swapwise_executable(), "label-nodes", "--kubeconfig", str(cp.kubeconfig),
                 "--swap-behavior-source", "kubelet", "--resync", "10",
                 "--lease-namespace", "default", "--metrics-host", "127.0.0.1",
-                "--metrics-port", str(self.port)]
+                "--metrics-port", str(self.port), "--pressure-guard"]
+        for name, value in GUARD.items():
+            argv += [f"--pressure-{name.replace('_', '-')}", str(value)]
         self.component = Component("label-nodes", argv, cp.workdir / "label-nodes.log")
 
     def get(self, path: str) -> tuple[int, str]:
@@ -166,6 +175,13 @@ def labeller(control_plane: ControlPlane, node: RealNode) -> Iterator[Labeller]:
         yield proc
     finally:
         proc.component.stop()
+
+
+@pytest.fixture(scope="session")
+def pressure_log(node: RealNode, labeller: Labeller) -> Iterator[PressureLog]:
+    """The guest's memory PSI and the guard's mark, sampled all session long."""
+    with PressureLog(node, PRESSURE_LABEL) as log:
+        yield log
 
 
 @pytest.fixture(scope="session")

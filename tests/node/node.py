@@ -26,7 +26,9 @@ import json
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass
+import threading
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -416,6 +418,65 @@ class RealNode:
         proc = self.cp.kubectl("get", "--raw", f"/api/v1/nodes/{self.name}/proxy{path}")
         return proc.stdout
 
+
+
+@dataclass(frozen=True)
+class PressureSample:
+    """One look at the node: when (host monotonic), the guest's memory PSI (avg10, percent)
+    and whether the node carried the pressure guard's mark."""
+
+    at: float
+    some: float
+    full: float
+    marked: bool
+
+
+@dataclass
+class PressureLog:
+    """The node's memory pressure and the guard's mark, sampled in the background for the
+    whole session: the scenarios ask what they were over their own stretch of time.
+
+    The PSI is the guest kernel's own (``/proc/pressure/memory`` through status.json), the
+    ground truth the labeller's reading through the kubelet is checked against."""
+
+    node: RealNode
+    label: str
+    interval: float = 5.0
+    samples: list[PressureSample] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def __enter__(self) -> PressureLog:
+        self._thread = threading.Thread(target=self._run, name="pressure-log", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        last_uptime = -1.0
+        while not self._stop.wait(self.interval):
+            with contextlib.suppress(Exception):  # a torn read or a slow kubectl: next time
+                status = self.node.status()
+                if status["uptime_s"] == last_uptime:
+                    continue  # the guest has not written a newer one: no new evidence
+                last_uptime = status["uptime_s"]
+                psi = self.node.memory_pressure(status)
+                labels = self.node.node()["metadata"].get("labels", {})
+                self.samples.append(PressureSample(time.monotonic(), psi["some_avg10"],
+                                                   psi["full_avg10"], self.label in labels))
+
+    def since(self, start: float, end: float | None = None) -> list[PressureSample]:
+        return [s for s in list(self.samples) if s.at >= start and (end is None or s.at <= end)]
+
+    def max_some(self, start: float, end: float | None = None) -> float:
+        return max((s.some for s in self.since(start, end)), default=0.0)
+
+    def first(self, start: float, predicate: Any) -> PressureSample | None:
+        return next((s for s in self.since(start) if predicate(s)), None)
 
 
 def main() -> None:

@@ -22,15 +22,16 @@ import yaml
 
 from tests.e2e.cluster import PROFILE_LABEL, SWAP_LABEL, ControlPlane, swapwise_executable
 from tests.e2e.install import NAMESPACE, RELEASE, Installation
-from tests.node.conftest import PROFILES, Labeller
+from tests.node.conftest import GUARD, PROFILES, Labeller
 from tests.node.kubelet_prometheus import (
     PER_CONTAINER_PANEL,
     kubelet_prometheus,
     kubelet_queries,
     swap_figures,
 )
-from tests.node.node import RealNode
+from tests.node.node import PressureLog, RealNode
 from webhook.engine.backing import PERMILLE_LABEL, container_need, node_permille
+from webhook.engine.pressure import PRESSURE_ANNOTATION, PRESSURE_LABEL
 from webhook.quantity import parse_bytes, parse_quantity
 
 pytestmark = pytest.mark.node
@@ -48,7 +49,8 @@ CPU = "50m"  # small, so CPU never binds before memory on a 2-vCPU node
 HOLD_SECONDS = 120  # "stay Running for at least 2 minutes"
 
 
-def sandbox_pod(name: str, namespace: str, cold_mib: int = COLD_MIB) -> dict[str, Any]:
+def sandbox_pod(name: str, namespace: str, cold_mib: int = COLD_MIB, hot_mib: int = HOT_MIB
+                ) -> dict[str, Any]:
     resources = {"cpu": CPU, "memory": LIMIT}
     return {
         "apiVersion": "v1",
@@ -63,7 +65,7 @@ def sandbox_pod(name: str, namespace: str, cold_mib: int = COLD_MIB) -> dict[str
                 "name": "sandbox",
                 "image": "localhost/swapwise/workload:v1",
                 "imagePullPolicy": "Never",
-                "args": ["sandbox", "-cold-mib", str(cold_mib), "-hot-mib", str(HOT_MIB)],
+                "args": ["sandbox", "-cold-mib", str(cold_mib), "-hot-mib", str(hot_mib)],
                 "resources": {"requests": dict(resources), "limits": dict(resources)},
             }],
         },
@@ -417,7 +419,7 @@ def density_plan(node: RealNode) -> dict[str, Any]:
 
 
 def test_density_triples_without_oom_kills(
-    node: RealNode, swapwise: Installation, labeller: Labeller,
+    node: RealNode, swapwise: Installation, labeller: Labeller, pressure_log: PressureLog,
     density_plan: dict[str, Any], results: dict[str, Any],
 ) -> None:
     """Scenario 2: the same sandboxes, without and with swapwise (swapRatio 2)."""
@@ -439,6 +441,7 @@ def test_density_triples_without_oom_kills(
         results["density.without.oom_kills"] = without.counts()["oom_kills"]
 
     # A Prometheus configured as docs/monitoring.md says scrapes the kubelet meanwhile.
+    calm_from = time.monotonic()
     with (Run(node, "density-with", "sandbox", count) as with_,
           kubelet_prometheus(node.cp, node.workdir / "prometheus") as prom):
         results["density.with.placed"] = with_.placed
@@ -459,6 +462,11 @@ def test_density_triples_without_oom_kills(
         results["backing.min_swap_max_minus_excess_bytes"] = min(margins.values())
         worst = with_.observe(HOLD_SECONDS)
         results["backing.oom_kills"] = worst["oom_kills"]
+        # Calm: hot sets within the requests, so the pressure guard never marks the node.
+        calm = pressure_log.since(calm_from)
+        results["pressure.calm.marked"] = any(s.marked for s in calm)
+        results["pressure.calm.max_some_avg10"] = pressure_log.max_some(calm_from)
+        results["pressure.calm.samples"] = len(calm)
         results["density.with.running_at_end"] = with_.counts()["running"]
         results["density.with.oom_kills"] = worst["oom_kills"]
         results["density.with.evictions"] = worst["evictions"]
@@ -478,6 +486,7 @@ def test_density_triples_without_oom_kills(
     assert worst["running"] == with_.placed, worst
     assert worst["oom_kills"] == 0, worst
     assert results["backing.node_permille"] >= need, results
+    assert results["pressure.calm.samples"] > 0 and not results["pressure.calm.marked"], results
     assert len(margins) == with_.placed and min(margins.values()) >= 0, margins
     assert worst["evictions"] == 0, worst
     assert worst["restarts"] == 0, worst
@@ -523,27 +532,102 @@ def test_unbacked_pods_are_refused_the_node(
     assert results["backing.refused.oom_kills"] == 0
 
 
-def test_unbacked_overcommits_as_plan_predicts(
-    node: RealNode, swapwise: Installation, labeller: Labeller,
+def small_pod(name: str, namespace: str) -> dict[str, Any]:
+    """A pod that only has to be scheduled: a small Guaranteed pause container."""
+    resources = {"cpu": "10m", "memory": "32Mi"}
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"hostNetwork": True, "automountServiceAccountToken": False,
+                 "enableServiceLinks": False, "terminationGracePeriodSeconds": 1,
+                 "containers": [{"name": "pause", "image": "localhost/swapwise/pause:v1",
+                                 "imagePullPolicy": "Never",
+                                 "resources": {"requests": resources, "limits": resources}}]},
+    }
+
+
+def evicted_through_the_api(pod: dict[str, Any]) -> bool:
+    """Evicted by a client of the Eviction API (what swapwise must never do), not by the
+    kubelet's own pressure eviction."""
+    return any(c["type"] == "DisruptionTarget" and c.get("reason") == "EvictionByEvictionAPI"
+               for c in pod["status"].get("conditions") or [])
+
+
+def test_unbacked_overcommits_and_the_pressure_guard_holds_new_pods_back(
+    node: RealNode, swapwise: Installation, labeller: Labeller, pressure_log: PressureLog,
     density_plan: dict[str, Any], results: dict[str, Any],
 ) -> None:
-    """The control: the same requestRatio 0.1 with backing off packs the same pods with a
-    swap share far below their cold memory; plan says it does not fit, and the node shows
-    what that means."""
+    """The control of swap backing, and the pressure guard's thrash run.
+
+    requestRatio 0.1 with backing off packs the same pods with a swap share far below their
+    cold memory; plan says it does not fit, and the node shows what that means (OOM kills).
+    Its memory pressure stays high: label-nodes marks the node within its window (+30 s); a
+    new reshaped pod stays Pending while a pod of a namespace that did not opt in is still
+    placed there; nothing is evicted by swapwise. Recovery: the overcommitting pods go, the
+    mark goes within the clear window (+30 s), and the pending pod is placed."""
     predicted = density_plan["unbacked"]["swapRatio"]["fits"]
     results["plan.predicted_fit.aggressive"] = predicted
     results["plan.per_node.aggressive"] = density_plan["unbacked"]["after"]["perNode"]
     assert predicted is False
     assert density_plan["unbacked"]["backing"]["applies"] is False
+    cp = node.cp
     shape = node_shape(node)
     count = shape["allocatable"] // density_plan["sandbox"]["containers"][0]["after"]["request"]
-    with Run(node, "density-aggressive", "unbacked", count) as run:
-        results["aggressive.placed"] = run.placed
-        assert run.placed == count  # the scheduler sees room for all of them (and more)
-        worst = run.observe(900, stop=lambda c: c["oom_kills"] + c["evictions"] > 0)
-        results["aggressive.oom_kills"] = worst["oom_kills"]
-        results["aggressive.evictions"] = worst["evictions"]
-    assert worst["oom_kills"] + worst["evictions"] > 0, worst
+    late, plain = "pressure-late", "pressure-plain"
+    create_namespace(cp, late, "sandbox")
+    create_namespace(cp, plain, None)
+    start = time.monotonic()
+    try:
+        with Run(node, "density-aggressive", "unbacked", count) as run:
+            results["aggressive.placed"] = run.placed
+            assert run.placed == count  # the scheduler sees room for all of them (and more)
+            worst = run.observe(900, stop=lambda c: c["oom_kills"] + c["evictions"] > 0)
+            results["aggressive.oom_kills"] = worst["oom_kills"]
+            results["aggressive.evictions"] = worst["evictions"]
+            assert worst["oom_kills"] + worst["evictions"] > 0, worst
+
+            node.wait_for(lambda: node.node()["metadata"].get("labels", {}).get(PRESSURE_LABEL),
+                          900, interval=5, what="the pressure guard to mark the node")
+            marked_at = time.monotonic()
+            above = pressure_log.first(start, lambda s: s.some >= GUARD["mark_above"])
+            assert above is not None, pressure_log.since(start)
+            results["pressure.thrash.marked_after_s"] = round(marked_at - above.at, 1)
+            annotation = node.node()["metadata"]["annotations"][PRESSURE_ANNOTATION]
+            assert annotation.startswith("marked:"), annotation
+
+            cp.apply(json.dumps(sandbox_pod("late", late, cold_mib=8, hot_mib=8)))
+            cp.apply(json.dumps(small_pod("plain", plain)))
+            message = node.wait_for(
+                lambda: unschedulable_message(cp.get_json("pod", "late", "-n", late)), 180,
+                what="the new reshaped pod to be refused the marked node")
+            results["pressure.thrash.new_pod_pending"] = "node affinity" in message
+            placed = node.wait_for(
+                lambda: cp.get_json("pod", "plain", "-n", plain)["spec"].get("nodeName"), 180,
+                what="the plain pod to be placed on the marked node")
+            results["pressure.thrash.other_pod_scheduled"] = placed == node.name
+            results["pressure.thrash.evicted_by_swapwise"] = sum(
+                evicted_through_the_api(p) for p in pods(cp, run.namespace))
+            results["pressure.thrash.max_some_avg10"] = pressure_log.max_some(start)
+        # Recovery: the overcommitting pods are gone (Run deleted its namespace).
+        node.wait_for(lambda: PRESSURE_LABEL not in node.node()["metadata"].get("labels", {}),
+                      900, interval=5, what="the pressure guard to clear the mark")
+        cleared_at = time.monotonic()
+        below = pressure_log.first(marked_at, lambda s: s.some < GUARD["clear_below"])
+        assert below is not None, pressure_log.since(marked_at)
+        results["pressure.recovery.cleared_after_s"] = round(cleared_at - below.at, 1)
+        late_node = node.wait_for(
+            lambda: cp.get_json("pod", "late", "-n", late)["spec"].get("nodeName"), 300,
+            what="the pending reshaped pod to be placed once the mark is gone")
+        results["pressure.recovery.pending_pod_scheduled"] = late_node == node.name
+    finally:
+        for namespace in (late, plain):
+            delete_namespace(cp, node, namespace)
+    assert results["pressure.thrash.marked_after_s"] <= GUARD["mark_after"] + 30, results
+    assert results["pressure.thrash.new_pod_pending"], message
+    assert results["pressure.thrash.other_pod_scheduled"], placed
+    assert results["pressure.thrash.evicted_by_swapwise"] == 0
+    assert results["pressure.recovery.cleared_after_s"] <= GUARD["clear_after"] + 30, results
+    assert results["pressure.recovery.pending_pod_scheduled"]
 
 
 def test_a_node_whose_swap_shrinks_backs_no_new_pod(

@@ -142,6 +142,8 @@ class Rule:
 RULES = (
     Rule(r"make run", LOCAL),
     Rule(r"make test", NEVER, "it is the suite this test belongs to"),
+    Rule(r"make (unit|lint|e2e)", NEVER, "parts of the suite this test belongs to"),
+    Rule(r"make help", NEVER, "prints the Makefile's documented targets (tests/test_cli.py)"),
     Rule(r"curl -s --cacert certs/ca\.crt https://localhost:8443/\S+ -d .*", LOCAL),
     Rule(r"\.venv/bin/swapwise (preview|plan|policy check|certs|render admission-policy) .*",
          LOCAL),
