@@ -13,11 +13,12 @@ first one is replaced rather than a second one stacked. Any other entry on the k
 operator, a value that is not a decimal integer) is the user's: kept, ours ANDed to it.
 
 The pressure guard (docs/rules.md "The memory-pressure mark") rides on them too: with
-``required`` placement every term gets ``swapwise.io/memory-pressure DoesNotExist`` after the
-swap-label expressions and before the backing entry, so a new reshaped pod is not placed on a
-node ``label-nodes --pressure-guard`` marked. A term that has an entry with that key and
-operator already is left alone; an entry on the key with another operator is the user's,
-kept and ANDed with ours. ``preferred`` and ``none`` placement get none.
+``required`` placement every term gets ``swapwise.io/memory-pressure DoesNotExist`` (appended
+after the swap-label expressions we add and before the backing entry we add), so a new
+reshaped pod is not placed on a node ``label-nodes --pressure-guard`` marked. A term that has
+an entry with that key and operator already gets no second one; an entry on the key with
+another operator is the user's, kept and ANDed with ours. ``preferred`` and ``none``
+placement get none.
 """
 
 from __future__ import annotations
