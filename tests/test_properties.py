@@ -9,9 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support.engine_check import apply
-from tests.support.engine_tables import PERMILLE, REQUIRED
+from tests.support.engine_tables import NO_PRESSURE, PERMILLE, PRESSURE, REQUIRED
 from tests.support.strategies import pods, profiles, required_affinity
 from webhook.engine.backing import container_need
+from webhook.engine.mutate import uses_swap
 from webhook.engine.pod import PodView
 from webhook.engine.resources import raised_limit
 from webhook.profile import Profile
@@ -120,3 +121,41 @@ def test_swap_backing(pod: dict[str, Any], profile: Profile, affinity: dict[str,
 
 def _on_key(term: Any) -> list[Any]:
     return [e for e in (term or {}).get("matchExpressions") or [] if e.get("key") == PERMILLE]
+
+
+def _pressure_entries(term: Any) -> list[Any]:
+    return [e for e in (term or {}).get("matchExpressions") or [] if e.get("key") == PRESSURE]
+
+
+@settings(max_examples=1000, deadline=None)
+@given(pod=pods(), profile=profiles(), affinity=st.one_of(st.none(), required_affinity),
+       required=st.booleans())
+def test_pressure_entry(pod: dict[str, Any], profile: Profile, affinity: dict[str, Any] | None,
+                        required: bool) -> None:
+    """docs/rules.md "The memory-pressure mark": a pod that gets required placement ends with
+    swapwise's DoesNotExist in every required term, added once to a term that lacks it; the
+    user's entries on the key stay as they were; no other pod gains or loses one."""
+    if affinity is not None:
+        pod["spec"]["affinity"] = affinity
+    if required:
+        profile = dataclasses.replace(profile, placement=dataclasses.replace(
+            profile.placement, mode="required"))
+    result, mutation = apply(pod, profile)
+    before, after = _required_terms(pod), _required_terms(result)
+    owned = any(o.get("kind") == "DaemonSet" for o in pod["metadata"].get("ownerReferences", []))
+    placed = (mutation.skipped is None and profile.placement.mode == "required"
+              and not pod["spec"].get("nodeName") and not owned
+              and uses_swap(PodView.parse(result), []))
+    if not placed:
+        assert [_pressure_entries(t) for t in after][:len(before)] == \
+            [_pressure_entries(t) for t in before]
+        assert len(after) == len(before)
+        return
+    assert after and (len(after) == len(before) or not before)
+    for index, term in enumerate(after):
+        entries = _pressure_entries(term)
+        earlier = _pressure_entries(before[index]) if before else []
+        if NO_PRESSURE in earlier:  # there already: the term's entries on the key unchanged
+            assert entries == earlier
+        else:  # added once, after the user's own entries on the key
+            assert entries == [*earlier, NO_PRESSURE]

@@ -19,6 +19,7 @@ import yaml
 from tests.support.server_proc import SWAPWISE
 from webhook.engine.backing import PERMILLE_LABEL, container_need
 from webhook.engine.mutate import backing_warning
+from webhook.engine.pressure import PRESSURE_LABEL
 from webhook.policy import build_policy, default_policy
 from webhook.render.admission_policy import (
     Unrenderable,
@@ -241,6 +242,30 @@ def test_namespace_override_of_swap_backing_renders_its_own_policy() -> None:
                 if o["kind"] == "MutatingAdmissionPolicy"}
     assert "need" in _variables(mutating["swapwise-p"])
     assert "need" not in _variables(mutating["swapwise-p-ns-legacy"])
+
+
+@pytest.mark.parametrize(
+    ("placement", "guarded"),
+    [({}, True), ({"nodeSelector": {}}, True), ({"swapBacking": "off"}, True),
+     ({"nodeSelector": {}, "swapBacking": "off"}, True),
+     ({"mode": "preferred"}, False), ({"mode": "preferred", "nodeSelector": {}}, False),
+     ({"mode": "none"}, False)],
+)
+def test_pressure_entry_is_rendered_only_with_required_placement(
+    placement: dict[str, Any], guarded: bool
+) -> None:
+    """docs/rules.md "The memory-pressure mark": required placement adds the entry (with an
+    empty nodeSelector and without backing too), checked per term by key and operator;
+    preferred and none never do. Its effect on pods: tests/e2e/test_admission_policy.py."""
+    mutating, _, validating, _ = render_admission_policies(policy({"p": {"placement":
+                                                                           placement}}))
+    core = _variables(mutating)["core"]
+    entry = f'{{"key": dyn({json.dumps(PRESSURE_LABEL)}), "operator": dyn("DoesNotExist")}}'
+    assert (entry in core) is guarded
+    # the "already there" test of a term compares the key and the operator, not values
+    present = f"e.key == {json.dumps(PRESSURE_LABEL)} && e.operator == \"DoesNotExist\")"
+    assert (present in core) is guarded
+    assert PRESSURE_LABEL not in json.dumps(validating)  # no warning of its own
 
 
 @pytest.mark.parametrize("count", [0, 1, 16, 17, 18, 40])

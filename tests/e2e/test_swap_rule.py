@@ -16,6 +16,7 @@ import pytest
 
 from tests.e2e.cluster import PROFILE_LABEL, SWAP_LABEL, ControlPlane
 from tests.e2e.install import Installation, installed, pod
+from webhook.engine.pressure import PRESSURE_LABEL
 
 pytestmark = pytest.mark.e2e
 
@@ -58,8 +59,11 @@ def test_placement_only_for_a_container_that_gets_swap(
     affinity = got["spec"].get("affinity", {}).get("nodeAffinity", {}).get(REQUIRED)
     annotations = got["metadata"].get("annotations") or {}
     if placed:
-        expression = {"key": SWAP_LABEL, "operator": "In", "values": ["true"]}
-        assert affinity == {"nodeSelectorTerms": [{"matchExpressions": [expression]}]}
+        # already swap-eligible, unchanged: the swap label and the memory-pressure entry,
+        # no swap backing (docs/rules.md)
+        expressions = [{"key": SWAP_LABEL, "operator": "In", "values": ["true"]},
+                       {"key": PRESSURE_LABEL, "operator": "DoesNotExist"}]
+        assert affinity == {"nodeSelectorTerms": [{"matchExpressions": expressions}]}
         assert annotations[PROFILE_LABEL] == "sandbox"
     else:
         assert affinity is None

@@ -13,6 +13,9 @@ REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 SWAP_EXPR = {"key": SWAP, "operator": "In", "values": ["true"]}
 PERMILLE = "swapwise.io/swap-permille"
+PRESSURE = "swapwise.io/memory-pressure"
+# Every required term of a pod with required placement: no memory-pressure mark on the node
+NO_PRESSURE = {"key": PRESSURE, "operator": "DoesNotExist"}
 
 
 def backed(need: int) -> dict[str, Any]:

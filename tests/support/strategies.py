@@ -57,6 +57,7 @@ def container(draw: st.DrawFn, name: str, init: bool = False) -> dict[str, Any]:
 
 
 PERMILLE = "swapwise.io/swap-permille"
+PRESSURE = "swapwise.io/memory-pressure"
 
 expression = st.one_of(
     st.fixed_dictionaries({
@@ -76,6 +77,16 @@ expression = st.one_of(
         "key": st.just(PERMILLE),
         "operator": st.sampled_from(["In", "NotIn", "Lt"]),
         "values": st.sampled_from([["1500"], ["5000"]]),
+    }),
+    # the memory-pressure key: swapwise's own entry (DoesNotExist) and the user's (the rest)
+    st.fixed_dictionaries({
+        "key": st.just(PRESSURE),
+        "operator": st.sampled_from(["DoesNotExist", "DoesNotExist", "Exists"]),
+    }),
+    st.fixed_dictionaries({
+        "key": st.just(PRESSURE),
+        "operator": st.sampled_from(["In", "NotIn"]),
+        "values": st.just(["true"]),
     }),
 )
 

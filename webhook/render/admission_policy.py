@@ -23,7 +23,13 @@ from typing import Any
 
 from webhook.engine.backing import PERMILLE_LABEL, container_need
 from webhook.engine.mutate import BACKING_WARNING
-from webhook.engine.placement import MAX_DIGITS, PREFERRED, REQUIRED, backing_expression
+from webhook.engine.placement import (
+    MAX_DIGITS,
+    PREFERRED,
+    REQUIRED,
+    backing_expression,
+    pressure_expression,
+)
 from webhook.engine.pod import (
     CRITICAL_CLASSES,
     CRITICAL_PRIORITY,
@@ -497,7 +503,7 @@ class _Cel:
             return (f"!{expressions}.exists(e, e.key == {q(w['key'])} && e.operator == 'In' && "
                     f"e.?values.orValue([]) == {lit(w['values'])})")
 
-        if placement.mode == "required" and (wanted or self.backing):
+        if placement.mode == "required":  # the pressure entry at least, in every term
             out.append(self._required_ops(wanted, lacks))
         elif wanted:
             terms = f"{node_affinity}.?{PREFERRED}.orValue([])"
@@ -546,8 +552,9 @@ class _Cel:
         return out
 
     def _required_ops(self, wanted: list[dict[str, Any]], lacks: Any) -> str:
-        """``wanted`` and the swap-backing entry into every required term (engine/placement.py
-        ``_required_ops``; the ops come in another order, to the same pod)."""
+        """``wanted``, the memory-pressure entry and the swap-backing entry into every
+        required term (engine/placement.py ``_required_ops``; the ops come in another order,
+        to the same pod)."""
         affinity = "object.spec.?affinity"
         affinity_set = " || ".join(f"{affinity}.?{f}.hasValue()"
                                    for f in ("nodeAffinity", "podAffinity", "podAntiAffinity"))
@@ -556,7 +563,8 @@ class _Cel:
                              f"{node_affinity}.?{PREFERRED}.hasValue()")
         base = "/spec/affinity/nodeAffinity"
         terms = REQUIRED_TERMS
-        expressions = lit(wanted)
+        pressure = pressure_expression()
+        expressions = lit([*wanted, pressure])
         backing = ""
         if self.backing:
             sample = backing_expression(1)
@@ -586,6 +594,11 @@ class _Cel:
                      f"{lacks(existing, w)}, "
                      f"{op('add', term_path + ' + ' + q('/matchExpressions/-'), lit(w))})"
                      for w in wanted]
+        # the pressure entry, unless the term has one with that key and operator already
+        per_term.append(
+            f"{terms}.transformList(j, t, {existing}.size() > 0 && !{existing}.exists(e, "
+            f"e.key == {q(pressure['key'])} && e.operator == {q(pressure['operator'])}), "
+            f"{op('add', term_path + ' + ' + q('/matchExpressions/-'), lit(pressure))})")
         if self.backing:
             # an earlier swapwise entry: Gt with one decimal-integer value; it implies ours
             # when its value is >= need - 1 (more than MAX_DIGITS significant digits: always)
@@ -602,10 +615,7 @@ class _Cel:
                 f"{terms}.transformList(j, t, variables.need > 0 && {existing}.size() > 0 && "
                 f"!{implied}, {first}.size() > 0 ? {replace} : {append})")
         # CEL: a ternary in a then-branch needs parentheses
-        ops = f"({terms}.size() == 0 ? ({chain}) : {' + '.join(per_term)})"
-        if not wanted:  # only the backing entry: nothing at all for a pod that needs none
-            ops = f"(variables.need == 0 ? [] : {ops})"
-        return ops
+        return f"({terms}.size() == 0 ? ({chain}) : {' + '.join(per_term)})"
 
     def patch_variables(self) -> list[tuple[str, str]]:
         p = self.p
