@@ -29,9 +29,11 @@ BEFORE_MODE = "e88458c05e5137f113284255a759afba7da9102e"
 # Chart files changed deliberately since BEFORE_MODE, in what mode webhook renders but not by
 # the mode: the comparison takes them as they are now. The dashboard: the labeller's
 # swapwise_labeller_permille_nodes on its Swap nodes panel, and the pressure guard's panels;
-# the rules: the pressure guard's alerts; the labeller: its Events Role in `default`.
+# the rules: the pressure guard's alerts; the labeller: its Events Role in `default`; the
+# helpers: the policy file's profiles get swapBacking "off" where no labeller writes the label
+# backing needs (and the profile does not decide).
 CHANGED_SINCE = ("files/dashboard.json", "files/prometheus-rules.yaml",
-                 "templates/labeller.yaml")
+                 "templates/labeller.yaml", "templates/_helpers.tpl")
 SWAPWISE = str(Path(sys.executable).with_name("swapwise"))
 AP_KINDS = ["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
@@ -117,6 +119,9 @@ def test_mode_webhook_renders_byte_for_byte_what_the_chart_did_before_the_mode(
     assert "MutatingAdmissionPolicy" not in now
 
 
+BACKING_OFF_NOTE = re.compile(r"\n\nSwap backing is OFF for profile\(s\) .*?(?=\n\n|\n?\Z)", re.DOTALL)
+
+
 def notes_of(chart: Chart, chart_dir: Path, values: dict[str, Any], workdir: Path) -> str:
     """NOTES.txt of any copy of the chart (Chart.notes renders charts/swapwise only)."""
     copy = workdir / "swapwise"
@@ -135,8 +140,11 @@ def test_mode_webhook_notes_are_unchanged(chart: Chart, chart_before: Path, tmp_
                                           values: dict[str, Any]) -> None:
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    assert notes_of(chart, CHART, values, tmp_path / "a") == \
-        notes_of(chart, chart_before, values, tmp_path / "b")
+    now = notes_of(chart, CHART, values, tmp_path / "a")
+    # One paragraph is new since: swap backing turned off for want of the labeller.
+    without, found = BACKING_OFF_NOTE.subn("", now)
+    assert found == (0 if values.get("labeller", {}).get("enabled") else 1), now
+    assert without == notes_of(chart, chart_before, values, tmp_path / "b")
 
 
 # ---- mode admissionPolicy ----------------------------------------------------------------

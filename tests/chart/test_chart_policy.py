@@ -56,12 +56,22 @@ CASES: dict[str, dict[str, Any]] = {
 }
 
 
-def _expected(policy_values: dict[str, Any]) -> dict[str, Any]:
+def _backing_off(profile: dict[str, Any]) -> dict[str, Any]:
+    """What the chart makes of a profile while no labeller writes swapwise.io/swap-permille:
+    swap backing "off" unless the profile decides (charts/swapwise/README.md)."""
+    placement = profile.get("placement", {})
+    if "swapBacking" in placement:
+        return profile
+    return {**profile, "placement": {**placement, "swapBacking": "off"}}
+
+
+def _expected(policy_values: dict[str, Any], labeller: bool = False) -> dict[str, Any]:
     profiles = {"default": {}, **policy_values.get("profiles", {})}
     expected: dict[str, Any] = {
         "apiVersion": "swapwise.io/v1alpha1",
         "kind": "SwapPolicy",
-        "profiles": {k: v for k, v in profiles.items() if v is not None},
+        "profiles": {k: v if labeller else _backing_off(v)
+                     for k, v in profiles.items() if v is not None},
     }
     if policy_values.get("namespaces"):
         expected["namespaces"] = policy_values["namespaces"]
@@ -82,13 +92,33 @@ def test_configmap_is_the_values_policy(chart: Chart, case: str) -> None:
     assert names == sorted(policy["profiles"])
 
 
-def test_configmap_invents_no_fields(chart: Chart) -> None:
-    cm = one(chart.render(), "ConfigMap")
-    assert yaml.safe_load(cm["data"]["policy.yaml"]) == {
-        "apiVersion": "swapwise.io/v1alpha1",
-        "kind": "SwapPolicy",
-        "profiles": {"default": {}},
-    }
+@pytest.mark.parametrize("case", CASES)
+def test_with_the_labeller_the_configmap_is_the_values_as_given(chart: Chart, case: str) -> None:
+    values: dict[str, Any] = {"labeller": {"enabled": True}}
+    if CASES[case]:
+        values["policy"] = CASES[case]
+    cm = one(chart.render(values), "ConfigMap")
+    assert yaml.safe_load(cm["data"]["policy.yaml"]) == _expected(CASES[case], labeller=True)
+
+
+def test_configmap_invents_no_fields_but_backing_off_without_the_labeller(chart: Chart) -> None:
+    for labeller, default in ((True, {}), (False, {"placement": {"swapBacking": "off"}})):
+        cm = one(chart.render({"labeller": {"enabled": labeller}}), "ConfigMap")
+        assert yaml.safe_load(cm["data"]["policy.yaml"]) == {
+            "apiVersion": "swapwise.io/v1alpha1",
+            "kind": "SwapPolicy",
+            "profiles": {"default": default},
+        }
+
+
+def test_notes_say_which_profiles_lost_backing_and_how_to_get_it(chart: Chart) -> None:
+    values = {"policy": {"profiles": {"a": {}, "b": {"placement": {"swapBacking": "required"}},
+                                      "c": {"placement": {"mode": "preferred"}}}}}
+    notes = " ".join(chart.notes(values).split())
+    assert "Swap backing is OFF for profile(s) a, c, default:" in notes, notes
+    assert "labeller.enabled=true" in notes
+    with_labeller = chart.notes({**values, "labeller": {"enabled": True}})
+    assert "Swap backing is OFF" not in with_labeller
 
 
 def test_deployment_mounts_the_configmap(chart: Chart) -> None:

@@ -48,9 +48,12 @@ GVISOR = os.environ.get("SWAPWISE_NODE_GVISOR") == "1"
 # aggressive ones ask for a tenth of the limit, far past what the node's swap can hold:
 # with swap backing (the default) the scheduler refuses them the node, without it they
 # land and overcommit it (the control).
+# Backing is said explicitly: the chart turns it off where the profile does not decide and the
+# chart runs no labeller (here label-nodes runs beside it, fixture `labeller`).
+BACKED = {"placement": {"swapBacking": "required"}}
 PROFILES: dict[str, Any] = {
-    "sandbox": {"swapRatio": 2},
-    "aggressive": {"requestRatio": 0.1},
+    "sandbox": {"swapRatio": 2, **BACKED},
+    "aggressive": {"requestRatio": 0.1, **BACKED},
     "unbacked": {"requestRatio": 0.1, "placement": {"swapBacking": "off"}},
 }
 

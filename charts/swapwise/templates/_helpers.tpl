@@ -175,17 +175,53 @@ Namespaces no webhook entry ever matches.
 {{- end }}
 
 {{/*
-The policy file (README "Policy reference"). Profile fields pass through as given: the webhook fills defaults.
+The policy file (README "Policy reference"). Profile fields pass through as given: the webhook
+fills defaults, with one exception (swapwise.backingOff).
 */}}
 {{- define "swapwise.policyFile" -}}
 {{- include "swapwise.checkPolicy" . }}
 apiVersion: swapwise.io/v1alpha1
 kind: SwapPolicy
 profiles:
-  {{- toYaml .Values.policy.profiles | nindent 2 }}
+  {{- toYaml (include "swapwise.profiles" . | fromYaml) | nindent 2 }}
 {{- with .Values.policy.namespaces }}
 namespaces:
   {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/*
+The profiles as the policy file gets them. Swap backing (placement.swapBacking: required, the
+webhook's default) places reshaped pods only on nodes labelled swapwise.io/swap-permille, which
+the labeller writes: without the labeller, a profile that does not set swapBacking itself gets
+"off", so a default install never strands pods Pending (NOTES.txt says so).
+*/}}
+{{- define "swapwise.profiles" -}}
+{{- $out := dict }}
+{{- range $name, $profile := .Values.policy.profiles }}
+{{- $p := deepCopy ($profile | default dict) }}
+{{- if not $.Values.labeller.enabled }}
+{{- $placement := deepCopy (get $p "placement" | default dict) }}
+{{- if not (hasKey $placement "swapBacking") }}
+{{- $_ := set $placement "swapBacking" "off" }}
+{{- $_ := set $p "placement" $placement }}
+{{- end }}
+{{- end }}
+{{- $_ := set $out $name $p }}
+{{- end }}
+{{- toYaml $out }}
+{{- end }}
+
+{{/*
+The profiles whose swap backing the chart turned off (no labeller, not set in the profile).
+*/}}
+{{- define "swapwise.backingOff" -}}
+{{- if not .Values.labeller.enabled }}
+{{- range $name, $profile := .Values.policy.profiles }}
+{{- if not (hasKey (get ($profile | default dict) "placement" | default dict) "swapBacking") }}
+{{ $name }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- end }}
 
