@@ -119,7 +119,8 @@ def test_mode_webhook_renders_byte_for_byte_what_the_chart_did_before_the_mode(
     assert "MutatingAdmissionPolicy" not in now
 
 
-BACKING_OFF_NOTE = re.compile(r"\n\nSwap backing is OFF for profile\(s\) .*?(?=\n\n|\n?\Z)", re.DOTALL)
+BACKING_OFF_NOTE = re.compile(r"\n\nSwap backing is OFF for profile\(s\) .*?(?=\n\n|\n?\Z)",
+                              re.DOTALL)
 
 
 def notes_of(chart: Chart, chart_dir: Path, values: dict[str, Any], workdir: Path) -> str:
