@@ -137,7 +137,7 @@ node: control-plane-1.34
 ## Real-node scenarios, inside a network namespace of their own; figures in build/node-e2e/.
 ## Prometheus is built first: the density scenario scrapes the kubelet with it, offline.
 node-e2e: venv node prometheus
-	SWAPWISE_NODE_E2E=1 unshare --net -- $(BIN)/pytest tests/node
+	SWAPWISE_NODE_E2E=1 unshare --net -- $(BIN)/pytest --durations=0 tests/node
 
 ## A local control plane + swapwise installed by Helm + a dry-run preview of an example pod.
 demo: venv control-plane

@@ -35,6 +35,19 @@ RELEASE = "swapwise"
 NAMESPACE = "swapwise"
 
 
+def declared_backing(profile: Any) -> Any:
+    """The profile with its swap backing said: the webhook's default, ``required``, unless it
+    says otherwise. The chart, which runs no labeller here, would otherwise turn backing off
+    (fake nodes carry the per-mille label label-nodes writes, as tests/e2e/conftest.py makes
+    them); tests/chart checks that choice of the chart's."""
+    if not isinstance(profile, dict):
+        return profile
+    placement = profile.get("placement") or {}
+    if "swapBacking" in placement:
+        return profile
+    return {**profile, "placement": {**placement, "swapBacking": "required"}}
+
+
 class Installation:
     """A helm release of the chart plus the local ``swapwise serve`` it points at."""
 
@@ -44,7 +57,8 @@ class Installation:
         self.port = free_port()
         # The chart's own `default` profile would be merged in by Helm; drop it (null).
         self.values: dict[str, Any] = {
-            "policy": {"profiles": {"default": None, **profiles}},
+            "policy": {"profiles": {"default": None, **{
+                name: declared_backing(p) for name, p in profiles.items()}}},
             "webhook": {"url": f"https://127.0.0.1:{self.port}", "failurePolicy": "Ignore"},
         }
         self.server: Swapwise | None = None

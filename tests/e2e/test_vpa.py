@@ -38,6 +38,7 @@ from tests.e2e.cluster import ControlPlane, wait_for
 from tests.e2e.vpa import UPDATER_INTERVAL, Vpa, set_recommendation, vpa_object
 from tests.e2e.vpa import ensure_binaries as ensure_vpa_binaries
 from tests.support.progress import uncaptured
+from webhook.engine.backing import PERMILLE_LABEL, node_permille
 from webhook.engine.mutate import backing_warning
 from webhook.quantity import parse_quantity
 
@@ -117,8 +118,10 @@ def cluster(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactor
         k8s.register_webhook(cp, sw.url_base, sw.ca_bundle, ["default", "raise"], name="swapwise")
         k8s.register_webhook(cp, sw.url_base, sw.ca_bundle, ["late", "late-raise"],
                          name="zz-swapwise")
-        cp.create_node("swap-1", memory="16Gi", cpu="8", labels={k8s.SWAP_LABEL: "true"},
-                       swap_capacity=32 * GI)
+        # Labelled as label-nodes labels a swap node: reshaped pods need the per-mille too.
+        cp.create_node("swap-1", memory="16Gi", cpu="8", labels={
+            k8s.SWAP_LABEL: "true", PERMILLE_LABEL: str(node_permille(32 * GI, 16 * GI))},
+            swap_capacity=32 * GI)
         cp.create_node("plain-1", memory="16Gi", cpu="8")
         for namespace, profile in PROFILES.items():
             cp.create_namespace(namespace, {k8s.PROFILE_LABEL: profile})
