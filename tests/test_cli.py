@@ -137,7 +137,7 @@ def test_preview_cronjob_example() -> None:
     [
         (["--profile", "nope"], "unknown profile 'nope'"),
         (["--policy", str(EXAMPLES / "policy.yaml")], "--profile is required"),
-        (["--policy", "/nonexistent.yaml"], "invalid policy"),
+        (["--policy", "/nonexistent.yaml"], "cannot read the policy file"),
     ],
 )
 def test_preview_errors(args: list[str], message: str) -> None:

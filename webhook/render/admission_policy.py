@@ -39,14 +39,13 @@ from webhook.engine.vpa import OBSERVED_ANNOTATION, UPDATES_ANNOTATION
 from webhook.engine.warnings import MAX_WARNING
 from webhook.policy import Policy
 from webhook.profile import LabelSelector, Profile
-from webhook.quantity import _FORMAT_BINARY, _FORMAT_DECIMAL, MI, format_bytes
+from webhook.quantity import _FORMAT_BINARY, _FORMAT_DECIMAL, INT64_SAFE, MI, format_bytes
 
 PROFILE_LABEL = "swapwise.io/profile"
 NAME_LABEL = "kubernetes.io/metadata.name"
 EXCLUDED_NAMESPACES = ("kube-system", "kube-node-lease")
 API_VERSIONS = ("v1", "v1beta1")
 WARNING_SLOTS = 16  # one Warn validation per message; beyond these, one "N more" line
-INT64_SAFE = 2**62  # products of the CEL arithmetic below must stay under this
 RESTART = "RestartContainer"
 # (prefix of the variable names, CEL list, JSON Pointer of the list)
 KINDS = (
