@@ -147,9 +147,99 @@ def test_preview_errors(args: list[str], message: str) -> None:
 
 def test_preview_bad_input() -> None:
     out = swapwise("preview", "-f", "-", stdin="a: [")
-    assert out.returncode == 1 and "is not valid YAML" in out.stderr
+    assert out.returncode == 1 and out.stderr.startswith(
+        "swapwise: <stdin>: not valid YAML: line 1, column 5: while parsing a flow node, "
+        "expected the node content, but found '<stream end>'")
     out = swapwise("preview", "-f", "/nonexistent.yaml")
     assert out.returncode == 1 and "cannot read /nonexistent.yaml" in out.stderr
+
+
+# Hostile files (issue 29): a clear error, bounded input, never a traceback, for preview in
+# every output form and for plan.
+BILLION_LAUGHS = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: lol}\ndata:\n" + "".join(
+    f"  {c}: &{c} [{', '.join([f'*{p}'] * 10)}]\n" for p, c in zip("abcdefgh", "bcdefghi",
+                                                                  strict=True)
+).replace("  b: &b [*a", "  a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n  b: &b [*a")
+PLAN = ["--node-memory", "16Gi", "--node-swap", "32Gi", "--node-cpu", "8"]
+HOSTILE: dict[str, tuple[bytes, str]] = {
+    "billion laughs": (BILLION_LAUGHS.encode(), "more than 100000 values (aliases included)"),
+    "20000 deep": (b"a: " + b"[" * 20000 + b"]" * 20000 + b"\n", "nested deeper than 64 levels"),
+    "900 deep": (b"a: " + b"[" * 900 + b"]" * 900 + b"\n", "nested deeper than 64 levels"),
+    "900 deep mappings": (b"a: " + b"{b: " * 900 + b"1" + b"}" * 900 + b"\n",
+                          "nested deeper than 64 levels"),
+    "not utf-8": (b"apiVersion: v1\nkind: Pod\nmetadata: {name: \xff}\n",
+                  "not UTF-8 text: byte 0xff at line 3 (offset 42)"),
+    "nul byte": (b"kind: Pod\x00\n", "not valid YAML: character 10: #x0000 is not allowed"),
+}
+
+
+@pytest.mark.parametrize("command", [["preview", "-o", "yaml"], ["preview", "-o", "json"],
+                                     ["preview", "-o", "diff"], ["plan", *PLAN]],
+                         ids=lambda c: " ".join(c[:3]))
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_manifests_are_refused_with_a_message(name: str, command: list[str],
+                                                      tmp_path: Path) -> None:
+    content, message = HOSTILE[name]
+    path = tmp_path / "hostile.yaml"
+    path.write_bytes(content)
+    if name == "billion laughs":
+        assert len(content) < 704  # the issue's had 704 bytes; 10^9 values once expanded
+    out = swapwise(*command, "-f", str(path))
+    assert (out.returncode, out.stdout) == (1, ""), out.stderr[-2000:]
+    assert out.stderr.startswith(f"swapwise: {path}: {message}"), out.stderr[-2000:]
+    assert len(out.stderr.splitlines()) == 1
+
+
+def test_input_is_bounded_whatever_the_file_is(tmp_path: Path) -> None:
+    """-f /dev/zero read without end; a file or stdin past 16 MiB is refused, and a 64-deep
+    document (the most accepted) still goes through."""
+    out = swapwise("preview", "-f", "/dev/zero")
+    assert (out.returncode, out.stderr) == (
+        1, "swapwise: /dev/zero: larger than 16 MiB, the most manifests are read\n")
+    big = "# " + "x" * (16 * 1024 * 1024) + "\n"
+    out = swapwise("plan", *PLAN, "-f", "-", stdin=big)
+    assert (out.returncode, out.stderr) == (
+        1, "swapwise: -: larger than 16 MiB, the most manifests are read\n")
+    deepest = "a: " + "[" * 64 + "]" * 64 + "\n"  # the mapping is level 0, its value 1
+    out = swapwise("preview", "-f", "-", "-o", "json", stdin=deepest)
+    assert out.returncode == 0, out.stderr
+    out = swapwise("preview", "-f", "-", "-o", "json", stdin="a: " + "[" * 65 + "]" * 65)
+    assert out.stderr == "swapwise: <stdin>: nested deeper than 64 levels\n"
+
+
+def test_manifests_joined_without_a_separator_are_refused() -> None:
+    """cat pod.yaml deployment.yaml | swapwise preview -f -: the Pod's keys were silently
+    overwritten by the Deployment's; duplicate keys are refused, as in policies."""
+    pod, deployment = ((EXAMPLES / name).read_text() for name in ("sandbox-pod.yaml",
+                                                                  "deployment.yaml"))
+    joined = pod + deployment
+    for command in (["preview"], ["plan", *PLAN]):
+        out = swapwise(*command, "-f", "-", stdin=joined)
+        assert out.returncode == 1 and out.stdout == ""
+        line = joined.splitlines().index("apiVersion: apps/v1") + 1
+        assert out.stderr == (f"swapwise: <stdin>: not valid YAML: line {line}, column 1: "
+                              "duplicate key 'apiVersion' (two documents joined without '---'?)\n")
+    out = swapwise("preview", "-f", "-", stdin=pod + "---\n" + deployment)
+    assert out.returncode == 0, out.stderr
+    assert [d["kind"] for d in yaml.safe_load_all(out.stdout)] == ["Pod", "Deployment"]
+
+
+def test_preview_reads_a_directory_like_kubectl(tmp_path: Path) -> None:
+    """-f DIR: its .json, .yaml and .yml files in name order; not other files, not its
+    subdirectories (kubectl without -R)."""
+    pod = yaml.safe_load((EXAMPLES / "sandbox-pod.yaml").read_text())
+    for name, kind in (("b.yml", "b"), ("a.json", "a"), ("c.yaml", "c"), ("d.txt", "d")):
+        (tmp_path / name).write_text(json.dumps({**pod, "metadata": {"name": kind}}))
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "e.yaml").write_text(json.dumps({**pod, "metadata": {"name": "e"}}))
+    out = swapwise("preview", "-f", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert [d["metadata"]["name"] for d in yaml.safe_load_all(out.stdout)] == ["a", "b", "c"]
+    empty = tmp_path / "sub" / "empty"
+    empty.mkdir()
+    out = swapwise("preview", "-f", str(empty))
+    assert out.returncode == 1
+    assert out.stderr == f"swapwise: {empty}: a directory without .json, .yaml or .yml files\n"
 
 
 def test_policy_check(tmp_path: Path) -> None:

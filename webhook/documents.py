@@ -30,11 +30,12 @@ class DocumentError(ValueError):
         super().__init__(f"{source}: {'not valid YAML: ' if kind == 'yaml' else ''}{detail}")
 
 
-def size_problem(document: Any, max_values: int | None = MAX_VALUES,
+def size_problem(*documents: Any, max_values: int | None = MAX_VALUES,
                  max_depth: int = MAX_DEPTH) -> str | None:
-    """Why ``document`` is too big or too deep, if it is (no recursion; aliases count
-    each time they are used, as a JSON encoder would write them out)."""
-    stack: list[tuple[Any, int]] = [(document, 0)]
+    """Why ``documents`` are too big (values counted over all of them) or one is too deep,
+    if so (no recursion; aliases count each time they are used, as a JSON encoder would
+    write them out)."""
+    stack: list[tuple[Any, int]] = [(document, 0) for document in documents]
     values = 0
     while stack:
         node, depth = stack.pop()
@@ -107,8 +108,9 @@ def yaml_message(exc: yaml.YAMLError) -> str:
 
 def load(text: str, source: str, *, every: bool = False,
          max_values: int | None = MAX_VALUES, max_depth: int = MAX_DEPTH) -> list[Any]:
-    """The documents of ``text`` (one, or with ``every`` all of a ``---`` stream), each
-    checked against the bounds; raises :class:`DocumentError` and nothing else."""
+    """The documents of ``text`` (one, or with ``every`` all of a ``---`` stream), checked
+    against the bounds (values over all of them); raises :class:`DocumentError` and
+    nothing else."""
     documents: list[Any] = []
     loader: UniqueKeyLoader | None = None
     try:
@@ -128,10 +130,8 @@ def load(text: str, source: str, *, every: bool = False,
     finally:
         if loader is not None:
             loader.dispose()
-    for index, document in enumerate(documents):
-        problem = size_problem(document, max_values, max_depth)
-        if problem is not None:
-            which = f"document {index + 1}: " if every and len(documents) > 1 else ""
-            raise DocumentError(source, "size", which + problem)
+    problem = size_problem(*documents, max_values=max_values, max_depth=max_depth)
+    if problem is not None:
+        raise DocumentError(source, "size", problem)
     return documents
 

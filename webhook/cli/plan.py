@@ -55,7 +55,9 @@ def register(subcommands: Any) -> None:
     parser = subcommands.add_parser(
         "plan", help="pods per node before and after reshaping, on a given node shape"
     )
-    parser.add_argument("-f", "--filename", required=True, help="YAML file, or - for stdin")
+    parser.add_argument("-f", "--filename", required=True,
+                        help="YAML or JSON file, - for stdin, or a directory (its .yaml, .yml "
+                             "and .json files); at most 16 MiB")
     parser.add_argument("--node-memory", required=True,
                         help="node memory capacity, e.g. 30Gi (swap shares divide by it)")
     parser.add_argument("--node-swap", required=True, help="node swap capacity, e.g. 375Gi")

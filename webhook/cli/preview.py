@@ -25,7 +25,9 @@ from webhook.workloads import find_workload, iter_objects
 
 def register(subcommands: Any) -> None:
     parser = subcommands.add_parser("preview", help="apply the mutation offline to manifests")
-    parser.add_argument("-f", "--filename", required=True, help="YAML file, or - for stdin")
+    parser.add_argument("-f", "--filename", required=True,
+                        help="YAML or JSON file, - for stdin, or a directory (its .yaml, .yml "
+                             "and .json files); at most 16 MiB")
     parser.add_argument("--policy", help="policy file (default: built-in policy)")
     parser.add_argument("--profile", help="profile (may be omitted with a one-profile policy)")
     parser.add_argument("--namespace", "-n", help="namespace, for per-namespace overrides")
