@@ -285,3 +285,47 @@ def test_a_file_that_cannot_be_read_is_said_in_one_line(tmp_path: Path) -> None:
     with pytest.raises(PolicyError) as info:
         load_policy(tmp_path)
     assert str(info.value) == f"{tmp_path}: cannot read the policy file: not a regular file"
+
+
+# Label keys and values as the API server checks them, with the labeller's own checker
+# (webhook.labeller.labels): the loader took an empty key, and values the API server refuses.
+BAD_VALUE = ("is not a label value the API server accepts: the value must be empty or 1-63 "
+             "characters [A-Za-z0-9-_.], starting and ending alphanumeric")
+BAD_KEY = ("is not a label key the API server accepts: the key name must be 1-63 characters "
+           "[A-Za-z0-9-_.], starting and ending alphanumeric")
+
+
+@pytest.mark.parametrize(("fields", "error"), [
+    ({"podSelector": {"matchLabels": {"": "x"}}},
+     f'profiles.p.podSelector.matchLabels."".[key]: \'\' {BAD_KEY}'),
+    ({"podSelector": {"matchLabels": {"app": "\U0001F600"}}},
+     f"profiles.p.podSelector.matchLabels.app: '\U0001F600' {BAD_VALUE}"),
+    ({"podSelector": {"matchLabels": {"app": "v" * 64}}},
+     f"profiles.p.podSelector.matchLabels.app: '{'v' * 64}' {BAD_VALUE}"),
+    ({"podSelector": {"matchLabels": {"app": "sandbox\n"}}},
+     f"profiles.p.podSelector.matchLabels.app: 'sandbox\\n' {BAD_VALUE}"),
+    ({"podSelector": {"matchExpressions": [{"key": "a b", "operator": "Exists"}]}},
+     f"profiles.p.podSelector.matchExpressions.0.key: 'a b' {BAD_KEY}"),
+    ({"podSelector": {"matchExpressions": [{"key": "a", "operator": "In", "values": ["-x"]}]}},
+     f"profiles.p.podSelector.matchExpressions.0.values.0: '-x' {BAD_VALUE}"),
+    ({"placement": {"nodeSelector": {"Example.com/swap": "true"}}},
+     "profiles.p.placement.nodeSelector.Example.com/swap.[key]: 'Example.com/swap' is not a "
+     "label key the API server accepts: the key prefix must be a DNS subdomain"),
+    ({"placement": {"tolerations": [{"key": "swap", "value": "a b"}]}},
+     f"profiles.p.placement.tolerations.0.value: 'a b' {BAD_VALUE}"),
+    ({"placement": {"tolerations": [{"key": "/swap", "operator": "Exists"}]}},
+     "profiles.p.placement.tolerations.0.key: '/swap' is not a label key the API server "
+     "accepts: the key prefix must be a DNS subdomain"),
+])
+def test_label_keys_and_values_the_api_server_refuses_are_refused(
+        fields: dict[str, Any], error: str) -> None:
+    assert errors_of(with_profile(**fields)) == [error]
+
+
+def test_label_keys_and_values_the_api_server_accepts_are_accepted() -> None:
+    build_policy(with_profile(
+        podSelector={"matchLabels": {"app.kubernetes.io/component": "", "a": "A-b_c.9"},
+                     "matchExpressions": [{"key": "x", "operator": "In", "values": [""]}]},
+        placement={"nodeSelector": {"example.com/swap": "true"},
+                   "tolerations": [{"operator": "Exists"}, {"key": "", "operator": "Exists"},
+                                   {"key": "swap", "value": "true"}]}))

@@ -32,6 +32,7 @@ from pydantic import (
 
 from webhook.documents import DocumentError, decode, load, size_problem
 from webhook.files import FileTooLarge, read_regular
+from webhook.labeller.labels import label_key_problem, label_value_problem
 from webhook.profile import SWAP_LABEL, LabelSelector, Placement, Profile
 from webhook.quantity import INT64_SAFE, MI, QuantityError, parse_bytes, parse_quantity
 
@@ -103,12 +104,30 @@ def _not_a_yaml_boolean(value: Any) -> Any:
     return value
 
 
+def _label_key(key: str) -> str:
+    problem = label_key_problem(key)
+    if problem is not None:
+        raise ValueError(f"{key!r} is not a label key the API server accepts: {problem}")
+    return key
+
+
+def _label_value(value: str) -> str:
+    problem = label_value_problem(value)
+    if problem is not None:
+        raise ValueError(f"{value!r} is not a label value the API server accepts: {problem}")
+    return value
+
+
 def _dns_label(value: str) -> str:
-    if not _DNS_LABEL.match(value):
+    if not _DNS_LABEL.fullmatch(value):
         raise ValueError(f"{value!r} is not a DNS label (lowercase letters, digits and '-')")
     return value
 
 
+LabelKey = Annotated[str, AfterValidator(_label_key)]
+# A toleration without a key (operator Exists) tolerates every taint.
+TolerationKey = Annotated[str, AfterValidator(lambda key: key and _label_key(key))]
+LabelValue = Annotated[str, AfterValidator(_label_value)]
 Number = Annotated[StrictInt | StrictFloat, AfterValidator(_finite)]
 MemoryQuantity = Annotated[str | StrictInt, AfterValidator(_memory_quantity)]
 Name = Annotated[str, AfterValidator(_dns_label)]
@@ -119,9 +138,9 @@ class _Strict(BaseModel):
 
 
 class TolerationSpec(_Strict):
-    key: str | None = None
+    key: TolerationKey | None = None
     operator: Literal["Equal", "Exists"] | None = None
-    value: str | None = None
+    value: LabelValue | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute", ""] | None = None
     tolerationSeconds: StrictInt | None = None
 
@@ -135,9 +154,9 @@ class TolerationSpec(_Strict):
 
 
 class SelectorRequirement(_Strict):
-    key: str
+    key: LabelKey
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
-    values: list[str] = Field(default_factory=list)
+    values: list[LabelValue] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _values_match_operator(self) -> SelectorRequirement:
@@ -149,13 +168,13 @@ class SelectorRequirement(_Strict):
 
 
 class PodSelectorSpec(_Strict):
-    matchLabels: dict[str, str] = Field(default_factory=dict)
+    matchLabels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
     matchExpressions: list[SelectorRequirement] = Field(default_factory=list)
 
 
 class PlacementSpec(_Strict):
     mode: Literal["required", "preferred", "none"] = "required"
-    nodeSelector: dict[str, str] = Field(default_factory=lambda: {SWAP_LABEL: "true"})
+    nodeSelector: dict[LabelKey, LabelValue] = Field(default_factory=lambda: {SWAP_LABEL: "true"})
     weight: Annotated[StrictInt, Field(ge=1, le=100)] = 100
     tolerations: list[TolerationSpec] = Field(default_factory=list)
     # With mode: required, also require nodes whose swap backs the changed containers
@@ -359,6 +378,7 @@ def _format_errors(exc: ValidationError, prefix: tuple[str | int, ...] = ()) -> 
         # pydantic reports union members and validator names as path parts; drop them.
         loc = [part for part in loc if not part.startswith(("function-", "constrained-"))]
         loc = [p for p in loc if p not in ("int", "float", "str", "str-int", "function-after")]
+        loc = [part or '""' for part in loc]  # an empty key
         found.append((".".join(loc), error))
     kinds: dict[str, set[str]] = {}
     for where, error in found:
