@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import ssl
 import stat
 import subprocess
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +17,7 @@ import pytest
 import yaml
 from cryptography import x509
 
-from tests.support.server_proc import SWAPWISE
+from tests.support.server_proc import SWAPWISE, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -299,7 +303,7 @@ def test_dev_certs_keep_a_service_certificate(tmp_path: Path) -> None:
                     str(tmp_path / "certs"))
     assert made.returncode == 0, made.stderr
     ca = (tmp_path / "certs" / "ca.crt").read_bytes()
-    out = swapwise("serve", "--port", "1", cwd=tmp_path)
+    out = swapwise("serve", "--port", str(free_port()), cwd=tmp_path)
     assert out.returncode == 1
     assert "not a development certificate" in out.stderr and "--cert-dir" in out.stderr
     assert (tmp_path / "certs" / "ca.crt").read_bytes() == ca
@@ -318,6 +322,80 @@ def test_dev_certs_say_when_the_ca_changes(tmp_path: Path) -> None:
     assert first.ca.read_bytes() != ca
 
 
+class DevServer:
+    """`swapwise serve` with no certificate given: development certificates under certs/."""
+
+    def __init__(self, cwd: Path) -> None:
+        self.cwd, self.port = cwd, free_port()
+        self.proc = subprocess.Popen([SWAPWISE, "serve", "--port", str(self.port),
+                                      "--drain-seconds", "0"], cwd=cwd,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while not self.serves_its_ca():
+            assert self.proc.poll() is None and time.monotonic() < deadline, "never ready"
+            time.sleep(0.2)
+
+    def serves_its_ca(self) -> bool:
+        """Whether it answers /readyz over TLS verified by certs/ca.crt as it is now."""
+        try:
+            context = ssl.create_default_context(cafile=str(self.cwd / "certs" / "ca.crt"))
+            with urllib.request.urlopen(f"https://localhost:{self.port}/readyz",
+                                        context=context, timeout=2) as answer:
+                return bool(answer.status == 200)
+        except (OSError, ssl.SSLError):
+            return False
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+def certs_in(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((directory / "certs").iterdir())}
+
+
+def test_a_serve_that_cannot_listen_writes_nothing_and_keeps_the_running_servers_ca(
+        tmp_path: Path) -> None:
+    """`serve --host 10.255.255.1` (an address the machine lacks) made a new CA for that
+    address, then failed to bind; the running `make run` server reloaded the new
+    certificate and every caBundle made from the old CA broke."""
+    out = swapwise("serve", "--host", "10.255.255.1", "--port", str(free_port()), cwd=tmp_path)
+    assert out.returncode == 1
+    assert "this machine has no address 10.255.255.1; --host takes one of its addresses" in \
+        out.stderr
+    assert not (tmp_path / "certs").exists()  # a fresh checkout: nothing written at all
+    server = DevServer(tmp_path)
+    try:
+        before = certs_in(tmp_path)
+        failed = [
+            swapwise("serve", "--host", "10.255.255.1", "--port", str(free_port()), cwd=tmp_path),
+            swapwise("serve", "--port", str(server.port), cwd=tmp_path),  # in use
+            swapwise("serve", "--host", "10.255.255.1", "--policy", "missing.yaml",
+                     cwd=tmp_path),
+        ]
+        for out in failed:
+            assert out.returncode == 1, out.stderr
+            assert "new CA" not in out.stderr and "development certificate" not in out.stderr
+        time.sleep(1.5)  # the running server's certificate watcher would have acted by now
+        assert certs_in(tmp_path) == before
+        assert server.serves_its_ca()
+    finally:
+        server.stop()
+
+
+def test_serve_on_a_port_in_use_names_it_with_a_hint(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = swapwise("serve", "--port", str(port), cwd=tmp_path)
+    assert out.returncode == 1
+    assert out.stderr == (
+        f"swapwise: cannot listen on 127.0.0.1:{port}: port {port} is in use (another swapwise "
+        "serve, such as make run?); stop it, or choose another port with --port\n")
+    assert not (tmp_path / "certs").exists()
+
+
 def test_certs_bad_ip(tmp_path: Path) -> None:
     out = swapwise("certs", "--service", "s", "--namespace", "n", "--out", str(tmp_path),
                    "--ip", "not-an-ip")
@@ -330,7 +408,8 @@ def test_certs_bad_ip(tmp_path: Path) -> None:
         (["--cert-dir", "x", "--tls-cert", "a", "--tls-key", "b"], "not both"),
         (["--tls-cert", "a"], "--tls-cert and --tls-key go together"),
         (["--cert-dir", "/nonexistent"], "cannot read"),
-        (["--policy", "/nonexistent.yaml", "--cert-dir", "/nonexistent"], "invalid policy"),
+        (["--policy", "/nonexistent.yaml", "--cert-dir", "/nonexistent"],
+         "cannot read the policy file: No such file or directory"),
         (["--port", "70000"], "out of range"),
     ],
 )
