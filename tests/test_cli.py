@@ -246,6 +246,65 @@ def test_preview_reads_a_directory_like_kubectl(tmp_path: Path) -> None:
     assert out.stderr == f"swapwise: {empty}: a directory without .json, .yaml or .yml files\n"
 
 
+def pod_doc(name: str, resources: dict[str, Any], **metadata: Any) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, **metadata},
+            "spec": {"containers": [{"name": "app", "image": "x", "resources": resources}]}}
+
+
+@pytest.mark.parametrize(("pod", "args", "note"), [
+    (pod_doc("p", {}), [],
+     "no container has a memory request or limit, so none can get swap; set defaultLimit in "
+     "the profile to give them one"),
+    (pod_doc("p", {"limits": {"memory": "1Gi"}}, labels={"swapwise.io/skip": "true"}), [],
+     "opted out (never reshaped)"),
+    (pod_doc("p", {"limits": {"memory": "2Gi"}}), ["--policy", str(EXAMPLES / "policy.yaml"),
+                                                   "--profile", "sandbox"],
+     "profile sandbox's podSelector does not select it (it reshapes only the pods it selects)"),
+    ({**pod_doc("p", {"requests": {"memory": "1Gi"}, "limits": {"memory": "2Gi"}}),
+      "spec": {"nodeName": "n1", "containers": [{"name": "app", "resources": {
+          "requests": {"memory": "1Gi"}, "limits": {"memory": "2Gi"}}}]}}, [],
+     "every container with memory already has a request below its limit (it already gets "
+     "swap), and spec.nodeName is set, so it gets no placement"),
+])
+def test_preview_says_why_it_leaves_a_workload_alone(pod: dict[str, Any], args: list[str],
+                                                     note: str) -> None:
+    """-o diff printed nothing and exit 0, with no word why; plan says it."""
+    out = swapwise("preview", "-f", "-", "-o", "diff", *args, stdin=json.dumps(pod))
+    assert (out.returncode, out.stdout) == (0, "")
+    assert out.stderr == f"Note: Pod/p: left unchanged: {note}\n"
+
+
+def test_preview_says_a_reshaped_pod_is_already_in_shape() -> None:
+    first = swapwise("preview", "-f", str(EXAMPLES / "sandbox-pod.yaml"))
+    again = swapwise("preview", "-f", "-", "-o", "diff", stdin=first.stdout)
+    assert (again.returncode, again.stdout) == (0, "")
+    assert again.stderr == ("Note: Pod/agent-sandbox-7f3c: left unchanged: already in the shape "
+                            "profile default gives (reshaped before)\n")
+
+
+def test_preview_and_plan_print_warnings_whole() -> None:
+    """The API server gets warnings of at most 120 characters; the command line gets them
+    whole (preview cut one mid-sentence where plan printed it whole)."""
+    from webhook.engine import mutate_pod
+    from webhook.policy import default_policy
+
+    broken = pod_doc("p", {"limits": {"memory": "lots-of-memory-please"}})
+    message = ("swapwise: pod left unchanged: spec.containers[0].resources.limits.memory: "
+               "'lots-of-memory-please' is not a valid quantity (e.g. 512Mi, 2Gi, 1.5G, 2e9)")
+    [api] = mutate_pod(broken, default_policy().profiles["default"]).warnings
+    assert len(message) > 120 and api == message[:117] + "..."
+    out = swapwise("preview", "-f", "-", stdin=json.dumps(broken))
+    assert out.stderr == f"Warning: Pod/p: {message}\n"
+    name = "a-container-with-a-name-as-long-as-kubernetes-allows-sixty-three"
+    long = pod_doc("p", {"limits": {"memory": "2Gi"}})
+    long["spec"]["containers"][0]["name"] = name
+    change = f"Warning: Pod/p: swapwise: {name} memory request 2Gi -> 683Mi (limit 2Gi)"
+    for command in (["preview"], ["plan", *PLAN]):
+        out = swapwise(*command, "-f", "-", stdin=json.dumps(long))
+        assert out.returncode == 0, out.stderr
+        assert change in out.stderr.splitlines(), out.stderr
+
+
 def test_policy_check(tmp_path: Path) -> None:
     out = swapwise("policy", "check", str(EXAMPLES / "policy.yaml"))
     assert out.returncode == 0, out.stderr
