@@ -308,7 +308,7 @@ def test_preview_and_plan_print_warnings_whole() -> None:
 def test_policy_check(tmp_path: Path) -> None:
     out = swapwise("policy", "check", str(EXAMPLES / "policy.yaml"))
     assert out.returncode == 0, out.stderr
-    assert "valid; profiles: ci, sandbox" in out.stdout
+    assert "valid; profiles: ci, default, sandbox" in out.stdout
     bad = tmp_path / "bad.yaml"
     bad.write_text("apiVersion: swapwise.io/v1alpha1\nkind: SwapPolicy\nprofiles:\n"
                    "  a: {swapRatio: 2, requestRatio: 0.5}\n  b: {minRequest: 1X}\n")

@@ -104,11 +104,11 @@ def test_no_doc_cites_a_spec_the_repository_lacks() -> None:
 class DevServer:
     """`make run` as the README gives it, on a free port, in the scratch directory."""
 
-    def __init__(self, cwd: Path, port: int) -> None:
+    def __init__(self, cwd: Path, port: int, args: str = "") -> None:
         self.cwd, self.port = cwd, port
         self.log = cwd / f"make-run-{port}.log"
         # -o: never let make reinstall the venv from the scratch directory
-        argv = ["make", "-o", ".venv/bin/.installed", "run", f"ARGS=--port {port}"]
+        argv = ["make", "-o", ".venv/bin/.installed", "run", f"ARGS={args} --port {port}"]
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
                                          start_new_session=True)
@@ -257,5 +257,30 @@ def test_dev_server_listens_on_loopback_only(scratch: Path) -> None:
                                    capture_output=True, text=True, check=True).stdout
         assert f"127.0.0.1:{server.port}" in listening, listening
         assert f"0.0.0.0:{server.port}" not in listening
+    finally:
+        server.stop()
+
+
+def test_the_tour_works_with_the_example_policy_it_offers(scratch: Path) -> None:
+    """The tour's first line offers `make run ARGS='--policy examples/policy.yaml'`; its
+    next command, the curl to /mutate/default, got "unknown profile" from that policy and
+    the one-liner then crashed with KeyError: 'patch'."""
+    doc = docs.load("README.md")
+    offered = re.search(r"# or: make run ARGS='([^']*)'", (docs.REPO / "README.md").read_text())
+    assert offered, "the tour no longer offers the example policy"
+    [curl, *_] = [c for c in doc.commands if c.words.startswith("curl ")]
+    assert curl.expected is not None
+    server = DevServer(scratch, free_port(), offered.group(1))
+    try:
+        out = run(curl, scratch, server.port)
+        assert out.returncode == 0, out.stderr
+        assert not docs.missing_output(curl.expected, out.stdout, out.stderr), out.stdout
+        # A profile the policy lacks: no patch, a warning, and the one-liner prints it.
+        unknown = docs.Command(curl.doc, curl.line, curl.text.replace("/mutate/default",
+                                                                     "/mutate/nope"))
+        out = run(unknown, scratch, server.port)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout == ("[\"swapwise: unknown profile 'nope'; pod left unchanged\"]\n"), \
+            out.stdout
     finally:
         server.stop()
