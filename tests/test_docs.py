@@ -284,3 +284,19 @@ def test_the_tour_works_with_the_example_policy_it_offers(scratch: Path) -> None
             out.stdout
     finally:
         server.stop()
+
+
+def test_every_helm_command_installs_the_pushed_image_in_namespace_swapwise() -> None:
+    """The chart README's install deployed swapwise:0.1.0 (in no registry; the image flags
+    were in prose only) into swapwise-system, where every other doc uses swapwise."""
+    helm = [c for name in docs.DOCS for c in docs.load(name).commands
+            if c.words.startswith("helm ")]
+    assert {c.doc for c in helm} == {"README.md", "charts/swapwise/README.md", "docs/guide.md"}
+    for command in helm:
+        where = f"{command.doc}:{command.line}: {command.words}"
+        namespace = re.search(r"(?:-n|--namespace) (\S+)", command.words)
+        assert namespace and namespace.group(1) == "swapwise", where
+        if re.match(r"helm (install|upgrade)", command.words) and \
+                "rendered-values.yaml" not in command.words:  # mode admissionPolicy: no image
+            assert "--set image.repository=REGISTRY/swapwise --set image.tag=0.1.0" in \
+                command.words, where
