@@ -31,8 +31,9 @@ def register(subcommands: Any) -> None:
                              "~/.kube/config)")
     parser.add_argument("--policy",
                         help="the policy the webhook serves (default: built-in policy); with "
-                             "the chart: kubectl get configmap <release>-swapwise-policy "
-                             "-o jsonpath='{.data.policy\\.yaml}'")
+                             "the chart: kubectl get configmap <fullname>-policy "
+                             "-o jsonpath='{.data.policy\\.yaml}' (swapwise-policy for the "
+                             "release swapwise)")
     parser.add_argument("--label", default=f"{SWAP_LABEL}=true",
                         help=f"the swap-node label, key=value (default {SWAP_LABEL}=true)")
     parser.add_argument("-o", "--output", choices=["table", "json"], default="table")
