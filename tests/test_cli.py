@@ -203,7 +203,7 @@ def test_input_is_bounded_whatever_the_file_is(tmp_path: Path) -> None:
     big = "# " + "x" * (16 * 1024 * 1024) + "\n"
     out = swapwise("plan", *PLAN, "-f", "-", stdin=big)
     assert (out.returncode, out.stderr) == (
-        1, "swapwise: -: larger than 16 MiB, the most manifests are read\n")
+        1, "swapwise: <stdin>: larger than 16 MiB, the most manifests are read\n")
     deepest = "a: " + "[" * 64 + "]" * 64 + "\n"  # the mapping is level 0, its value 1
     out = swapwise("preview", "-f", "-", "-o", "json", stdin=deepest)
     assert out.returncode == 0, out.stderr
@@ -475,6 +475,34 @@ def test_certs_bad_ip(tmp_path: Path) -> None:
 def test_serve_refuses_bad_arguments(args: list[str], message: str, tmp_path: Path) -> None:
     out = swapwise("serve", *args, cwd=tmp_path)
     assert out.returncode == 1 and message in out.stderr, out.stderr
+
+
+def test_every_command_help_says_what_it_does() -> None:
+    """`serve --help` and `certs --help` had no description; every command has one now."""
+    from webhook.cli import build_parser
+
+    def commands(parser: Any, path: str = "") -> list[tuple[str, Any]]:
+        found = []
+        for action in parser._actions:
+            if action.__class__.__name__ == "_SubParsersAction":
+                for name, sub in action.choices.items():
+                    found.append((f"{path} {name}".strip(), sub))
+                    found += commands(sub, f"{path} {name}")
+        return found
+
+    found = commands(build_parser())
+    assert {name for name, _ in found} >= {"serve", "preview", "plan", "audit", "policy",
+                                           "policy check", "render", "render admission-policy",
+                                           "certs", "label-nodes"}
+    for name, parser in found:
+        assert parser.description, name
+    out = swapwise("serve", "--help")
+    assert "Serve the admission webhook over HTTPS" in out.stdout
+    assert "nothing is written there before the address can be listened on" in " ".join(
+        out.stdout.split())
+    out = swapwise("certs", "--help")
+    assert "Write a new CA (ca.crt, the caBundle) and a serving certificate" in " ".join(
+        out.stdout.split())
 
 
 def test_help_lists_every_command() -> None:

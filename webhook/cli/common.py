@@ -87,7 +87,8 @@ def read_documents(filename: str) -> list[Any]:
     try:
         inputs = _inputs(filename)
     except FileTooLarge:
-        raise CommandError(f"{filename}: larger than {MAX_MANIFEST_BYTES // (1024 * 1024)} MiB, "
+        name = "<stdin>" if filename == "-" else filename
+        raise CommandError(f"{name}: larger than {MAX_MANIFEST_BYTES // (1024 * 1024)} MiB, "
                            "the most manifests are read") from None
     except OSError as exc:
         raise CommandError(f"cannot read {filename}: {exc.strerror or exc}") from None

@@ -24,7 +24,15 @@ def _g(value: float) -> str:
 
 
 def register(subcommands: Any) -> None:
-    parser = subcommands.add_parser("serve", help="serve the admission webhook over HTTPS")
+    parser = subcommands.add_parser(
+        "serve", help="serve the admission webhook over HTTPS",
+        description="Serve the admission webhook over HTTPS: POST /mutate/<profile> "
+                    "(AdmissionReview v1), /healthz, /readyz, /metrics. The policy and "
+                    "certificate files are watched and reloaded without a restart. With no "
+                    "certificate given (--cert-dir, or --tls-cert and --tls-key), a development "
+                    "CA and serving certificate are made under certs/ and kept across restarts; "
+                    "nothing is written there before the address can be listened on and the "
+                    "policy loads.")
     parser.add_argument("--policy", help="policy file (default: built-in policy)")
     parser.add_argument("--cert-dir", help="directory with tls.crt and tls.key")
     parser.add_argument("--tls-cert", help="serving certificate (PEM)")
