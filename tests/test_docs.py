@@ -300,3 +300,38 @@ def test_every_helm_command_installs_the_pushed_image_in_namespace_swapwise() ->
                 "rendered-values.yaml" not in command.words:  # mode admissionPolicy: no image
             assert "--set image.repository=REGISTRY/swapwise --set image.tag=0.1.0" in \
                 command.words, where
+
+
+def test_make_help_lists_every_documented_target() -> None:
+    """`make help`: each target that has a `##` comment above it, with that comment's first
+    sentence; the targets are read from the Makefile here independently."""
+    lines = (docs.REPO / "Makefile").read_text().splitlines()
+    documented: list[str] = []
+    doc = False
+    for line in lines:
+        if line.startswith("## "):
+            doc = True
+        elif line == "":
+            doc = False
+        elif re.match(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*:", line):
+            if doc:
+                documented.append(line.split(":")[0])
+            doc = False
+    assert {"run", "test", "unit", "e2e", "image", "demo", "help"} <= set(documented)
+    out = subprocess.run(["make", "-s", "--no-print-directory", "help"], cwd=docs.REPO,
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    listed = [line.split()[0] for line in out.splitlines() if line.startswith("  ") and
+              not line.startswith("   ")]
+    assert listed == documented
+    assert ("  run              Run the webhook on 127.0.0.1:8443: built-in policy, development "
+            "certificates\n                   under certs/.\n") in out
+    assert max(len(line) for line in out.splitlines()) <= 100
+
+
+def test_the_guide_says_the_example_pod_stays_pending_until_a_node_has_both_labels() -> None:
+    text = (docs.REPO / "docs" / "guide.md").read_text()
+    after = text[text.index("kubectl apply -f examples/sandbox-pod.yaml -n sandboxes"):
+                 text.index("## 5. Roll back")]
+    flat = " ".join(after.split())
+    assert "stays **Pending** until a node carries both labels" in flat
+    assert "`feature.node.kubernetes.io/memory-swap=true` and `swapwise.io/swap-permille`" in flat
