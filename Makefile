@@ -152,3 +152,18 @@ bench: venv control-plane
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+## List the documented targets: each with the first sentence of the ## comment above it.
+help:
+	@awk 'function show(name, text,   n, words, i, line) { \
+	    if (match(text, /\. /)) text = substr(text, 1, RSTART); \
+	    n = split(text, words, " "); line = sprintf("  %-16s", name); \
+	    for (i = 1; i <= n; i++) { \
+	      if (length(line) + 1 + length(words[i]) > 100) { print line; line = sprintf("%18s", "") } \
+	      line = line " " words[i] } \
+	    print line } \
+	  /^## / { doc = doc (doc ? " " : "") substr($$0, 4); next } \
+	  /^[A-Za-z0-9_-][A-Za-z0-9_.-]*:/ { if (doc) { name = $$0; sub(/:.*/, "", name); \
+	    show(name, doc) } doc = ""; next } \
+	  /^$$/ { doc = "" }' $(firstword $(MAKEFILE_LIST))
+.PHONY: help

@@ -14,6 +14,7 @@ import pytest
 
 from tests.test_cli import swapwise
 from webhook.audit import Cluster, Finding, audit, label_permille, original_pod
+from webhook.cli import build_parser
 from webhook.engine import mutate_pod
 from webhook.policy import build_policy, default_policy, parse_policy
 
@@ -238,8 +239,32 @@ def test_cli_without_a_reachable_cluster_exits_2(tmp_path: Path) -> None:
     out = swapwise("audit", "--kubeconfig", str(tmp_path / "missing"))
     assert out.returncode == 2
     assert out.stderr.startswith("swapwise: audit: cannot read the cluster:")
+    # Not "needs action" (1) either: the audit could not be made.
     bad = swapwise("audit", "--label", "novalue")
-    assert bad.returncode == 1 and "expected key=value" in bad.stderr
+    assert bad.returncode == 2 and "expected key=value" in bad.stderr
+    unreadable = swapwise("audit", "--policy", str(tmp_path / "missing.yaml"))
+    assert unreadable.returncode == 2 and "cannot read the policy file" in unreadable.stderr
+
+
+def test_cli_says_a_crash_on_cluster_data_is_a_bug_with_exit_2(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Whatever slips past the checks below is a clear error with its own exit status, not
+    a traceback with status 1 (which means "needs action")."""
+    from webhook.cli import audit as audit_cli
+
+    async def fetch(kubeconfig: str | None) -> Cluster:
+        return Cluster(namespaces=[ns("team")])
+
+    def crash(*args: Any) -> Any:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(audit_cli, "fetch", fetch)
+    monkeypatch.setattr("webhook.audit.audit", crash)
+    assert audit_cli.run(build_parser().parse_args(["audit"])) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("swapwise: audit: cannot judge what the cluster returned "
+                          "(RecursionError: maximum recursion depth exceeded); this is a "
+                          "swapwise bug"), err
 
 
 # ------------------------------------------------------------------------- swap backing
@@ -414,7 +439,7 @@ def test_cluster_data_of_the_wrong_type_never_crashes_the_audit() -> None:
     assert isinstance(report.to_json(), dict)
     # b's label is not an integer and its status has no readable memory: not judged.
     assert ("reshaped-pod-not-backed: Pod team/ok on node b: its label "
-            "swapwise.io/swap-permille=\"['2000']\" is not an integer the scheduler can compare, "
+            "swapwise.io/swap-permille is a list, not an integer the scheduler can compare, "
             "and memory capacity (status.capacity.memory) unreadable: a dict is not a quantity"
             ) in report.skipped
     assert "reshaped-pod-not-backed: Pod team/broken: the pod cannot be read (" in "\n".join(
@@ -492,3 +517,113 @@ def test_no_mark_no_finding_and_odd_annotations_do_not_crash() -> None:
     odd["metadata"]["annotations"] = ["not", "a", "map"]
     report = audit(Cluster(namespaces=[ns("team")], nodes=[odd]), default_policy())
     assert pressure(report)["Node/odd"].details["annotation"] is None
+
+
+# ------------------------------------------------------------- cluster data of any type
+
+
+def nested(depth: int) -> list[Any]:
+    """A list nested ``depth`` deep, built without recursion."""
+    root: list[Any] = []
+    current = root
+    for _ in range(depth - 1):
+        current.append([])
+        current = current[0]
+    return root
+
+
+def a_workload() -> dict[str, Any]:
+    """A reshaped pod of Deployment web (through its ReplicaSet) with an HPA on web that
+    scales on memory utilisation, VPA, LimitRange and quota: every check has work."""
+    p = reshaped(pod("web-1", nodeName="backing"))
+    p["metadata"]["ownerReferences"] = [
+        {"kind": "ReplicaSet", "name": "web-5d", "controller": True}]
+    rs = {"metadata": {"name": "web-5d", "namespace": "team", "ownerReferences": [
+        {"kind": "Deployment", "name": "web", "controller": True}]}}
+    hpa = {"metadata": {"name": "web", "namespace": "team"},
+           "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "web"}, "metrics": [
+               {"type": "Resource", "resource": {"name": "memory", "target": {
+                   "type": "Utilization", "averageUtilization": 90}}}]}}
+    vpa = {"metadata": {"name": "web", "namespace": "team"},
+           "spec": {"targetRef": {"kind": "Deployment", "name": "web"}}}
+    lr = {"metadata": {"name": "lr", "namespace": "team"},
+          "spec": {"limits": [{"type": "Container", "maxLimitRequestRatio": {"memory": "2"}}]}}
+    quota = {"metadata": {"name": "q", "namespace": "team"},
+             "spec": {"hard": {"limits.memory": "2Gi"}}, "status": {"used": {
+                 "limits.memory": "2Gi"}}}
+    return {"namespaces": [ns("team")], "nodes": [BACKING], "pods": [p], "replicasets": [rs],
+            "hpas": [hpa], "vpas": [vpa], "limitranges": [lr], "quotas": [quota]}
+
+
+def test_a_deep_original_annotation_with_an_hpa_on_its_deployment_is_not_traced_back() -> None:
+    """Anyone who can create pods can write swapwise.io/original: 5,000-deep JSON there is
+    read by the engine's validating reader, and the HPA check then has no original."""
+    cluster = a_workload()
+    cluster["pods"][0]["metadata"]["annotations"]["swapwise.io/original"] = (
+        '{"app":' * 5000 + "1" + "}" * 5000)
+    report = audit(Cluster(**cluster), default_policy())
+    assert not [f for f in report.findings if f.check == "hpa-memory-utilisation"]
+    assert any("swapwise.io/original annotation is unreadable" in s for s in report.skipped)
+    # The same cluster with the annotation as swapwise wrote it: the HPA is found.
+    assert [f.check for f in audit(Cluster(**a_workload()), default_policy()).findings
+            if f.check == "hpa-memory-utilisation"] == ["hpa-memory-utilisation"]
+
+
+def _set(cluster: dict[str, Any], path: tuple[str | int, ...], value: Any) -> None:
+    node: Any = cluster
+    for part in path[:-1]:
+        node = node[part]
+    node[path[-1]] = value
+
+
+WRONG_TYPES: list[Any] = [["team"], {"name": "team"}, 7, None, True, "x", nested(3000)]
+PATHS: list[tuple[str | int, ...]] = [
+    ("replicasets", 0, "metadata", "namespace"), ("hpas", 0, "metadata", "namespace"),
+    ("vpas", 0, "metadata", "namespace"), ("quotas", 0, "metadata", "namespace"),
+    ("limitranges", 0, "metadata", "namespace"), ("limitranges", 0, "spec", "limits"),
+    ("limitranges", 0, "spec", "limits", 0), ("pods", 0, "spec", "containers"),
+    ("pods", 0, "spec", "containers", 0), ("pods", 0, "spec", "containers", 0, "name"),
+    ("pods", 0, "spec", "containers", 0, "resources"),
+    ("pods", 0, "spec", "containers", 0, "resources", "limits"),
+    ("pods", 0, "spec", "nodeName"), ("pods", 0, "metadata", "name"),
+    ("pods", 0, "metadata", "namespace"), ("pods", 0, "metadata", "ownerReferences", 0, "name"),
+    ("replicasets", 0, "metadata", "ownerReferences"),
+    ("hpas", 0, "spec", "scaleTargetRef", "kind"), ("hpas", 0, "spec", "metrics"),
+    ("vpas", 0, "spec", "targetRef", "name"), ("quotas", 0, "spec", "hard"),
+    ("quotas", 0, "status", "used", "limits.memory"),
+    ("nodes", 0, "metadata", "labels", PERMILLE), ("nodes", 0, "status"),
+    ("namespaces", 0, "metadata", "labels", "swapwise.io/profile"),
+    # whole objects, and whole listings
+    *[(listing, 0) for listing in ("namespaces", "nodes", "pods", "replicasets", "hpas", "vpas",
+                                   "limitranges", "quotas")],
+    *[(listing,) for listing in ("nodes", "pods", "replicasets", "hpas", "limitranges",
+                                 "quotas")],
+]
+
+
+@pytest.mark.parametrize("value", WRONG_TYPES, ids=lambda v: type(v).__name__)
+@pytest.mark.parametrize("path", PATHS, ids=lambda p: ".".join(map(str, p)))
+def test_cluster_data_of_any_type_anywhere_is_never_traced_back(
+        path: tuple[str | int, ...], value: Any) -> None:
+    """audit.py assumed types for containers, container names, resources, the namespaces
+    of ReplicaSets, HPAs, VPAs and ResourceQuotas, LimitRange spec.limits; the API server
+    only ever sends the right ones, but the audit must not trace back when it does not."""
+    cluster = a_workload()
+    _set(cluster, path, value)
+    report = audit(Cluster(**cluster), default_policy())
+    assert isinstance(report.to_json(), dict)
+
+
+def test_objects_the_audit_cannot_read_are_said_not_dropped_silently() -> None:
+    cluster = a_workload()
+    deep = reshaped(pod("deep", nodeName="backing"))
+    deep["spec"]["containers"][0]["env"] = nested(3000)  # copying it would exhaust the stack
+    cluster["pods"] += [deep, "junk"]
+    cluster["hpas"] = {"items": []}
+    report = audit(Cluster(**cluster), default_policy())
+    assert "Pod: deep: nested deeper than 64 levels; not read" in report.skipped
+    assert "Pod: ?: not an object; not read" in report.skipped
+    assert "HorizontalPodAutoscaler: the listing is not a list; none read" in report.skipped
+    # The readable pod is still audited.
+    assert [f.object for f in report.findings if f.check == "vpa"] == [
+        "VerticalPodAutoscaler/web"]

@@ -104,11 +104,11 @@ def test_no_doc_cites_a_spec_the_repository_lacks() -> None:
 class DevServer:
     """`make run` as the README gives it, on a free port, in the scratch directory."""
 
-    def __init__(self, cwd: Path, port: int) -> None:
+    def __init__(self, cwd: Path, port: int, args: str = "") -> None:
         self.cwd, self.port = cwd, port
         self.log = cwd / f"make-run-{port}.log"
         # -o: never let make reinstall the venv from the scratch directory
-        argv = ["make", "-o", ".venv/bin/.installed", "run", f"ARGS=--port {port}"]
+        argv = ["make", "-o", ".venv/bin/.installed", "run", f"ARGS={args} --port {port}"]
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
                                          start_new_session=True)
@@ -259,3 +259,79 @@ def test_dev_server_listens_on_loopback_only(scratch: Path) -> None:
         assert f"0.0.0.0:{server.port}" not in listening
     finally:
         server.stop()
+
+
+def test_the_tour_works_with_the_example_policy_it_offers(scratch: Path) -> None:
+    """The tour's first line offers `make run ARGS='--policy examples/policy.yaml'`; its
+    next command, the curl to /mutate/default, got "unknown profile" from that policy and
+    the one-liner then crashed with KeyError: 'patch'."""
+    doc = docs.load("README.md")
+    offered = re.search(r"# or: make run ARGS='([^']*)'", (docs.REPO / "README.md").read_text())
+    assert offered, "the tour no longer offers the example policy"
+    [curl, *_] = [c for c in doc.commands if c.words.startswith("curl ")]
+    assert curl.expected is not None
+    server = DevServer(scratch, free_port(), offered.group(1))
+    try:
+        out = run(curl, scratch, server.port)
+        assert out.returncode == 0, out.stderr
+        assert not docs.missing_output(curl.expected, out.stdout, out.stderr), out.stdout
+        # A profile the policy lacks: no patch, a warning, and the one-liner prints it.
+        unknown = docs.Command(curl.doc, curl.line, curl.text.replace("/mutate/default",
+                                                                     "/mutate/nope"))
+        out = run(unknown, scratch, server.port)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout == ("[\"swapwise: unknown profile 'nope'; pod left unchanged\"]\n"), \
+            out.stdout
+    finally:
+        server.stop()
+
+
+def test_every_helm_command_installs_the_pushed_image_in_namespace_swapwise() -> None:
+    """The chart README's install deployed swapwise:0.1.0 (in no registry; the image flags
+    were in prose only) into swapwise-system, where every other doc uses swapwise."""
+    helm = [c for name in docs.DOCS for c in docs.load(name).commands
+            if c.words.startswith("helm ")]
+    assert {c.doc for c in helm} == {"README.md", "charts/swapwise/README.md", "docs/guide.md"}
+    for command in helm:
+        where = f"{command.doc}:{command.line}: {command.words}"
+        namespace = re.search(r"(?:-n|--namespace) (\S+)", command.words)
+        assert namespace and namespace.group(1) == "swapwise", where
+        if re.match(r"helm (install|upgrade)", command.words) and \
+                "rendered-values.yaml" not in command.words:  # mode admissionPolicy: no image
+            assert "--set image.repository=REGISTRY/swapwise --set image.tag=0.1.0" in \
+                command.words, where
+
+
+def test_make_help_lists_every_documented_target() -> None:
+    """`make help`: each target that has a `##` comment above it, with that comment's first
+    sentence; the targets are read from the Makefile here independently."""
+    lines = (docs.REPO / "Makefile").read_text().splitlines()
+    documented: list[str] = []
+    doc = False
+    for line in lines:
+        if line.startswith("## "):
+            doc = True
+        elif line == "":
+            doc = False
+        elif re.match(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*:", line):
+            if doc:
+                documented.append(line.split(":")[0])
+            doc = False
+    assert {"run", "test", "unit", "e2e", "image", "demo", "help"} <= set(documented)
+    out = subprocess.run(["make", "-s", "--no-print-directory", "help"], cwd=docs.REPO,
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    listed = [line.split()[0] for line in out.splitlines() if line.startswith("  ") and
+              not line.startswith("   ")]
+    assert listed == documented
+    assert ("  run              Run the webhook on 127.0.0.1:8443: built-in policy, development "
+            "certificates\n                   under certs/.\n") in out
+    assert max(len(line) for line in out.splitlines()) <= 100
+
+
+def test_the_guide_says_the_example_pod_stays_pending_until_a_node_has_both_labels() -> None:
+    text = (docs.REPO / "docs" / "guide.md").read_text()
+    after = text[text.index("kubectl apply -f examples/sandbox-pod.yaml -n sandboxes"):
+                 text.index("## 5. Roll back")]
+    flat = " ".join(after.split())
+    assert "stays **Pending** until a node carries both labels" in flat
+    assert "`feature.node.kubernetes.io/memory-swap=true` and `swapwise.io/swap-permille`" in flat

@@ -111,7 +111,7 @@ def test_label_parse_accepts_prefixed_keys_and_empty_values() -> None:
 
 @pytest.mark.parametrize("text", [
     "no-equals", "=true", "Bad_Prefix.com/x=1", "/x=1", "x=-bad", "x=" + "v" * 64,
-    "k" * 64 + "=1", "x=has space",
+    "k" * 64 + "=1", "x=has space", "x=true\n", "x\n=true", "a.b\n/x=1",
 ])
 def test_label_parse_refuses_what_the_api_server_would(text: str) -> None:
     with pytest.raises(LabelError):

@@ -187,8 +187,9 @@ def test_invalid_yaml() -> None:
 
 
 def test_load_policy_missing_file(tmp_path: Path) -> None:
-    with pytest.raises(PolicyError, match=r"\(file\)"):
+    with pytest.raises(PolicyError, match="cannot read the policy file") as info:
         load_policy(tmp_path / "nope.yaml")
+    assert info.value.errors == ["(file): No such file or directory"]
 
 
 def test_load_policy_from_file(tmp_path: Path) -> None:
@@ -198,3 +199,133 @@ def test_load_policy_from_file(tmp_path: Path) -> None:
     assert sorted(policy.profiles) == ["a", "b"]
     assert policy.profiles["b"].request_ratio == Fraction(1, 2)
     assert policy.source == str(path)
+
+
+# ------------------------------------------------------------ errors that help (issue 29)
+
+def policy_text(profile: str) -> str:
+    """A policy whose profile ``p`` is the YAML flow mapping ``profile``."""
+    return f"apiVersion: swapwise.io/v1alpha1\nkind: SwapPolicy\nprofiles:\n  p: {profile}\n"
+
+
+def text_errors(text: str) -> list[str]:
+    with pytest.raises(PolicyError) as info:
+        parse_policy(text, "p.yaml")
+    return info.value.errors
+
+
+@pytest.mark.parametrize(("profile", "errors"), [
+    # was "(root): cannot be read as a policy: OverflowError"
+    ("{swapRatio: .inf}", ["profiles.p.swapRatio: must be a finite number, not .inf"]),
+    ("{requestRatio: .nan}", ["profiles.p.requestRatio: must be a finite number, not .nan"]),
+    # YAML 1.1 reads 1.0e300 as text; was "valid integer" and "valid number" on two lines
+    ("{swapRatio: 1.0e300}", ["profiles.p.swapRatio: '1.0e300' is text, not a number: YAML "
+                              "reads an exponent only with a dot and a sign; write 1.0e+300"]),
+    ('{requestRatio: "0.3"}', ["profiles.p.requestRatio: '0.3' is text, not a number: write it "
+                               "without quotes"]),
+    ("{swapRatio: [2]}", ["profiles.p.swapRatio: must be a number, not a list"]),
+    ("{placement: {weight: 5.5}}", ["profiles.p.placement.weight: must be a whole number, "
+                                    "not 5.5"]),
+    ("{minRequest: null}", ["profiles.p.minRequest: must be a quantity (e.g. 64Mi, 2Gi or a "
+                            "number of bytes), not null"]),
+    # was accepted by policy check, clamped to 2^63-1, then refused by render
+    ("{defaultLimit: 8Ei}", ["profiles.p.defaultLimit: '8Ei' is too large: memory quantities "
+                             "here must be below 4Ei (beyond, 64-bit arithmetic is no longer "
+                             "exact)"]),
+    # bytes: was accepted without a word, and never changes a result (requests are whole MiB)
+    ("{minRequest: 64}", ["profiles.p.minRequest: 64 is 64 bytes, below 1Mi: the engine writes "
+                          "whole MiB, so it would never change anything (a quantity without a "
+                          "suffix is bytes: did you mean 64Mi?)"]),
+    ("{minRequest: 64k}", ["profiles.p.minRequest: '64k' is 64000 bytes, below 1Mi: the engine "
+                           "writes whole MiB, so it would never change anything"]),
+    # was "Input should be a valid dictionary or instance of ProfileSpec"
+    ("null", ["profiles.p: must be a mapping of fields, not null (write {} for every default)"]),
+    ("{swapRaito: 2}", ["profiles.p.swapRaito: unknown field: did you mean swapRatio? (unknown "
+                        "fields are never ignored)"]),
+    ("{placement: {tolerations: [{kye: a, operator: Exists}]}}", [
+        "profiles.p.placement.tolerations.0.kye: unknown field: did you mean key? (unknown "
+        "fields are never ignored)"]),
+    ("{podSelector: {matchExpresions: []}}", [
+        "profiles.p.podSelector.matchExpresions: unknown field: did you mean matchExpressions? "
+        "(unknown fields are never ignored)"]),
+    ("{zzz: 1}", ["profiles.p.zzz: unknown field (check the spelling: unknown fields are never "
+                  "ignored)"]),
+])
+def test_errors_say_what_is_wrong_and_how_to_write_it(profile: str, errors: list[str]) -> None:
+    assert text_errors(policy_text(profile)) == errors
+
+
+def test_a_typo_in_a_namespace_override_gets_a_suggestion_too() -> None:
+    errors = text_errors(policy_text("{}") + "namespaces:\n  team-a: {requestRaito: 0.5}\n")
+    assert errors == ["namespaces.team-a.requestRaito: unknown field: did you mean requestRatio? "
+                      "(unknown fields are never ignored)"]
+
+
+def test_the_smallest_and_largest_memory_quantities_are_accepted() -> None:
+    policy = parse_policy(policy_text("{minRequest: 1Mi, defaultLimit: 4194303Ti}"))
+    assert policy.profiles["p"].min_request == MI
+    assert policy.profiles["p"].default_limit == 2**62 - 2**40
+
+
+def test_yaml_errors_name_the_file_line_and_column() -> None:
+    [error] = text_errors(policy_text("{a: [}"))
+    assert error == ("(yaml): line 4, column 11: while parsing a flow node, expected the node "
+                     "content, but found '}'")
+    with pytest.raises(PolicyError) as info:
+        parse_policy(policy_text("{a: [}"), "p.yaml")
+    assert str(info.value).startswith("p.yaml: invalid policy:")
+    assert "<unicode string>" not in str(info.value)
+
+
+def test_a_file_that_cannot_be_read_is_said_in_one_line(tmp_path: Path) -> None:
+    with pytest.raises(PolicyError) as info:
+        load_policy(tmp_path / "nope.yaml")
+    assert str(info.value) == f"{tmp_path / 'nope.yaml'}: cannot read the policy file: No such " \
+                              "file or directory"
+    with pytest.raises(PolicyError) as info:
+        load_policy(tmp_path)
+    assert str(info.value) == f"{tmp_path}: cannot read the policy file: not a regular file"
+
+
+# Label keys and values as the API server checks them, with the labeller's own checker
+# (webhook.labeller.labels): the loader took an empty key, and values the API server refuses.
+BAD_VALUE = ("is not a label value the API server accepts: the value must be empty or 1-63 "
+             "characters [A-Za-z0-9-_.], starting and ending alphanumeric")
+BAD_KEY = ("is not a label key the API server accepts: the key name must be 1-63 characters "
+           "[A-Za-z0-9-_.], starting and ending alphanumeric")
+
+
+@pytest.mark.parametrize(("fields", "error"), [
+    ({"podSelector": {"matchLabels": {"": "x"}}},
+     f'profiles.p.podSelector.matchLabels."".[key]: \'\' {BAD_KEY}'),
+    ({"podSelector": {"matchLabels": {"app": "\U0001F600"}}},
+     f"profiles.p.podSelector.matchLabels.app: '\U0001F600' {BAD_VALUE}"),
+    ({"podSelector": {"matchLabels": {"app": "v" * 64}}},
+     f"profiles.p.podSelector.matchLabels.app: '{'v' * 64}' {BAD_VALUE}"),
+    ({"podSelector": {"matchLabels": {"app": "sandbox\n"}}},
+     f"profiles.p.podSelector.matchLabels.app: 'sandbox\\n' {BAD_VALUE}"),
+    ({"podSelector": {"matchExpressions": [{"key": "a b", "operator": "Exists"}]}},
+     f"profiles.p.podSelector.matchExpressions.0.key: 'a b' {BAD_KEY}"),
+    ({"podSelector": {"matchExpressions": [{"key": "a", "operator": "In", "values": ["-x"]}]}},
+     f"profiles.p.podSelector.matchExpressions.0.values.0: '-x' {BAD_VALUE}"),
+    ({"placement": {"nodeSelector": {"Example.com/swap": "true"}}},
+     "profiles.p.placement.nodeSelector.Example.com/swap.[key]: 'Example.com/swap' is not a "
+     "label key the API server accepts: the key prefix must be a DNS subdomain"),
+    ({"placement": {"tolerations": [{"key": "swap", "value": "a b"}]}},
+     f"profiles.p.placement.tolerations.0.value: 'a b' {BAD_VALUE}"),
+    ({"placement": {"tolerations": [{"key": "/swap", "operator": "Exists"}]}},
+     "profiles.p.placement.tolerations.0.key: '/swap' is not a label key the API server "
+     "accepts: the key prefix must be a DNS subdomain"),
+])
+def test_label_keys_and_values_the_api_server_refuses_are_refused(
+        fields: dict[str, Any], error: str) -> None:
+    assert errors_of(with_profile(**fields)) == [error]
+
+
+def test_label_keys_and_values_the_api_server_accepts_are_accepted() -> None:
+    build_policy(with_profile(
+        podSelector={"matchLabels": {"app.kubernetes.io/component": "", "a": "A-b_c.9"},
+                     "matchExpressions": [{"key": "x", "operator": "In", "values": [""]}]},
+        placement={"nodeSelector": {"example.com/swap": "true"},
+                   "tolerations": [{"operator": "Exists"}, {"key": "", "operator": "Exists"},
+                                   {"key": "swap", "value": "true"}]}))

@@ -20,13 +20,15 @@ from tests.support.server_proc import SWAPWISE
 from webhook.engine.backing import PERMILLE_LABEL, container_need
 from webhook.engine.mutate import backing_warning
 from webhook.engine.pressure import PRESSURE_LABEL
-from webhook.policy import build_policy, default_policy
+from webhook.policy import Policy, build_policy, default_policy
+from webhook.profile import LabelSelector, Profile
 from webhook.render.admission_policy import (
     Unrenderable,
     fmt,
     helm_values,
     lit,
     need_cel,
+    q,
     render_admission_policies,
 )
 
@@ -282,3 +284,60 @@ def test_warning_slots_show_every_message_up_to_17_then_count_the_rest(count: in
                              .evaluate(activation)))
     assert shown == (msgs if count <= 17 else
                      [*msgs[:16], f"swapwise: {count - 16} more warnings"])
+
+
+# ------------------------------------------------- what the API server would refuse (issue 29)
+
+@pytest.mark.parametrize("text", ["\U0001F600", "team-\U0001F600-\u00e9", 'a"b\\c', "x\ny\x00",
+                                  "\u2030 \U0010FFFF"])
+def test_string_literals_are_escaped_as_cel_reads_them(text: str) -> None:
+    """Outside the BMP, CEL needs \\U00xxxxxx: JSON's surrogate pair ("\\ud83d\\ude00")
+    is two invalid code points to cel-go, which refuses the whole expression."""
+    literal = q(text)
+    assert "\\ud8" not in literal.lower() and "\\udc" not in literal.lower()
+    assert literal.isascii()
+    env = celpy.Environment()
+    assert str(env.program(env.compile(literal)).evaluate({})) == text
+    assert q("\U0001F600") == '"\\U0001f600"'
+
+
+def test_a_selector_value_beyond_the_bmp_is_written_with_a_cel_escape() -> None:
+    # The policy loader refuses such a label value (the API server would too); a profile
+    # built otherwise still renders what cel-go accepts.
+    profile = Profile(name="p", pod_selector=LabelSelector(match_labels=(("app", "\U0001F600"),)))
+    objects = render_admission_policies(Policy(profiles={"p": profile}))
+    [condition] = [c for c in objects[0]["spec"]["matchConditions"] if c["name"] == "pod-selector"]
+    assert '== "\\U0001f600")' in condition["expression"]
+    assert "\\ud83d" not in condition["expression"]
+
+
+BIG_SELECTOR = {"matchExpressions": [
+    {"key": f"k{i}", "operator": "In", "values": [f"v{j}" for j in range(50)]}
+    for i in range(300)]}
+
+
+def test_an_expression_over_cel_length_limit_is_refused_naming_the_profile() -> None:
+    with pytest.raises(Unrenderable) as caught:
+        render_admission_policies(policy({"small": {}, "big": {"podSelector": BIG_SELECTOR}}))
+    errors = caught.value.errors
+    assert len(errors) == 2, errors  # the mutating and the warning policy
+    assert errors[0].startswith(
+        "profiles.big: MutatingAdmissionPolicy swapwise-big spec.matchConditions[4].expression "
+        "would be ")
+    assert errors[0].endswith(" characters of CEL, over the 100,000 the API server accepts: "
+                              "its podSelector is too large; select on fewer label values")
+    assert errors[1].startswith("profiles.big: ValidatingAdmissionPolicy swapwise-big-warn ")
+    # Just under the limit is rendered.
+    fewer = {"matchExpressions": BIG_SELECTOR["matchExpressions"][:140]}
+    objects = render_admission_policies(policy({"big": {"podSelector": fewer}}))
+    longest = max(len(c["expression"]) for c in objects[0]["spec"]["matchConditions"])
+    assert 90_000 < longest <= 100_000
+
+
+def test_cli_refuses_a_too_long_expression_and_prints_nothing(tmp_path: Path) -> None:
+    file = tmp_path / "policy.yaml"
+    file.write_text(yaml.safe_dump({"apiVersion": "swapwise.io/v1alpha1", "kind": "SwapPolicy",
+                                    "profiles": {"big": {"podSelector": BIG_SELECTOR}}}))
+    out = swapwise("render", "admission-policy", "--policy", str(file))
+    assert (out.returncode, out.stdout) == (1, "")
+    assert "profiles.big: MutatingAdmissionPolicy swapwise-big" in out.stderr

@@ -40,6 +40,7 @@ from typing import Any
 
 import jsonpatch
 
+from webhook.documents import size_problem
 from webhook.engine import backing, mutate_pod
 from webhook.engine.annotations import (
     ORIGINAL_ANNOTATION,
@@ -107,7 +108,7 @@ class Finding:
 class Report:
     findings: list[Finding]
     namespaces: dict[str, str]  # opted-in namespace -> profile
-    skipped: list[str]  # checks that could not run, and why
+    skipped: list[str]  # checks that could not run, objects that could not be read, and why
 
     @property
     def needs_action(self) -> bool:
@@ -135,7 +136,39 @@ def _meta(obj: dict[str, Any], key: str) -> Any:
 
 
 def _name(obj: dict[str, Any]) -> str:
-    return str(_meta(obj, "name") or "<unnamed>")
+    name = _meta(obj, "name")
+    return name if isinstance(name, str) and name else "<unnamed>"
+
+
+def _namespace(obj: dict[str, Any]) -> str | None:
+    namespace = _meta(obj, "namespace")
+    return namespace if isinstance(namespace, str) else None
+
+
+def _objects(items: Any, kind: str, skipped: list[str]) -> list[dict[str, Any]]:
+    """The objects of a listing that the audit can read. Anything else is left out, and
+    said in ``skipped``: an item that is not an object, a listing that is not a list, an
+    object nested deeper than any real one (copying it would exhaust the stack). Cluster
+    data of the wrong type is never traced back."""
+    if not isinstance(items, list):
+        skipped.append(f"{kind}: the listing is not a list; none read")
+        return []
+    found = []
+    for item in items:
+        problem = ("not an object" if not isinstance(item, dict)
+                   else size_problem(item, max_values=None))
+        if problem is None:
+            found.append(item)
+        else:
+            name = _name(item) if isinstance(item, dict) else "?"
+            skipped.append(f"{kind}: {name}: {problem}; not read")
+    return found
+
+
+def _shown(value: Any) -> str:
+    """A value that is not text, named in a message by its type (``str()`` of a structure
+    nested thousands deep would raise)."""
+    return "null" if value is None else f"a {type(value).__name__}"
 
 
 def _labels(obj: dict[str, Any]) -> dict[str, Any]:
@@ -295,8 +328,19 @@ class _Pod:
 
 def audit(cluster: Cluster, policy: Policy, swap_label: tuple[str, str] = (SWAP_LABEL, "true"),
           ) -> Report:
-    findings: list[Finding] = []
     skipped: list[str] = []
+    cluster = Cluster(
+        namespaces=_objects(cluster.namespaces, "Namespace", skipped),
+        nodes=_objects(cluster.nodes, "Node", skipped),
+        pods=_objects(cluster.pods, "Pod", skipped),
+        replicasets=_objects(cluster.replicasets, "ReplicaSet", skipped),
+        hpas=_objects(cluster.hpas, "HorizontalPodAutoscaler", skipped),
+        vpas=None if cluster.vpas is None else _objects(
+            cluster.vpas, "VerticalPodAutoscaler", skipped),
+        limitranges=_objects(cluster.limitranges, "LimitRange", skipped),
+        quotas=_objects(cluster.quotas, "ResourceQuota", skipped),
+    )
+    findings: list[Finding] = []
     profiles: dict[str, Profile] = {}
     opted: dict[str, str] = {}
     for name, wanted in opted_in(cluster.namespaces).items():
@@ -311,7 +355,7 @@ def audit(cluster: Cluster, policy: Policy, swap_label: tuple[str, str] = (SWAP_
             continue
         profiles[name] = profile
 
-    rs_owner = {(_meta(rs, "namespace"), _name(rs)): _controller(rs) for rs in cluster.replicasets}
+    rs_owner = {(_namespace(rs), _name(rs)): _controller(rs) for rs in cluster.replicasets}
     pods = _classify(cluster.pods, profiles, rs_owner)
     nodes = {_name(n): n for n in cluster.nodes}
 
@@ -340,11 +384,10 @@ def _classify(
 ) -> list[_Pod]:
     found: list[_Pod] = []
     for pod in pods:
-        namespace = _meta(pod, "namespace")
-        profile = profiles.get(namespace) if isinstance(namespace, str) else None
-        if profile is None or not active(pod):
+        namespace = _namespace(pod)
+        profile = profiles.get(namespace) if namespace is not None else None
+        if namespace is None or profile is None or not active(pod):
             continue
-        assert isinstance(namespace, str)
         owner = _controller(pod)
         if owner is not None and owner[0] == "ReplicaSet":
             owner = rs_owner.get((namespace, owner[1])) or owner
@@ -383,7 +426,8 @@ def _without_swap(
     for pod in pods:
         spec = pod.obj.get("spec")
         node_name = spec.get("nodeName") if isinstance(spec, dict) else None
-        if not pod.reshaped or not node_name or not _uses_swap(pod.obj):
+        if not pod.reshaped or not isinstance(node_name, str) or not node_name \
+                or not _uses_swap(pod.obj):
             continue
         node = nodes.get(node_name)
         reasons = []
@@ -433,8 +477,9 @@ class NodePermille:
             value = label_permille(raw)
             if value is not None:
                 return cls(value, "label", f"its label {PERMILLE_LABEL}")
-            missing = (f"its label {PERMILLE_LABEL}={str(raw)[:40]!r} is not an integer the "
-                       "scheduler can compare")
+            shown = f"={raw[:40]!r} is" if isinstance(raw, str) else f" is {_shown(raw)},"
+            missing = (f"its label {PERMILLE_LABEL}{shown} not an integer the scheduler can "
+                       "compare")
         else:
             missing = f"it has no label {PERMILLE_LABEL}"
         computed = swap_permille(node)
@@ -562,13 +607,15 @@ def _targeting(
     namespace whose ``spec.<ref_field>`` names a reshaped workload: what HPAs and VPAs share."""
     workloads = _by_workload(pods)
     for autoscaler in autoscalers:
-        namespace = _meta(autoscaler, "namespace")
-        if namespace not in profiles:
+        namespace = _namespace(autoscaler)
+        if namespace is None or namespace not in profiles:
             continue
         ref = _dict(autoscaler.get("spec")).get(ref_field)
         if not isinstance(ref, dict):
             continue
-        kind, name = str(ref.get("kind")), str(ref.get("name"))
+        kind, name = ref.get("kind"), ref.get("name")
+        if not isinstance(kind, str) or not isinstance(name, str):
+            continue
         pod = workloads.get((namespace, kind, name))
         if pod is not None:
             yield autoscaler, namespace, kind, name, pod
@@ -642,12 +689,12 @@ def _limitranges(
 ) -> list[Finding]:
     findings = []
     for lr in limitranges:
-        namespace = _meta(lr, "namespace")
-        profile = profiles.get(namespace) if isinstance(namespace, str) else None
-        if profile is None:
+        namespace = _namespace(lr)
+        profile = profiles.get(namespace) if namespace is not None else None
+        if namespace is None or profile is None:
             continue
-        spec = _dict(lr.get("spec"))
-        for item in spec.get("limits") or []:
+        limits = _dict(lr.get("spec")).get("limits")
+        for item in limits if isinstance(limits, list) else []:
             if not isinstance(item, dict) or item.get("type") not in ("Container", "Pod"):
                 continue
             problems = _limit_problems(item, profile)
@@ -705,8 +752,8 @@ def _quotas(
 ) -> list[Finding]:
     findings = []
     for quota in quotas:
-        namespace = _meta(quota, "namespace")
-        if namespace not in profiles:
+        namespace = _namespace(quota)
+        if namespace is None or namespace not in profiles:
             continue
         spec = _dict(quota.get("spec"))
         status = _dict(quota.get("status"))

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 
 class FileTooLarge(OSError):
@@ -26,16 +28,27 @@ def read_regular(path: Path, limit: int) -> bytes:
             raise OSError(f"{path}: not a regular file")
         if info.st_size > limit:
             raise FileTooLarge(f"{path}: larger than {limit} bytes")
-        chunks = []
-        size = 0
-        while True:
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                break
-            size += len(chunk)
-            if size > limit:  # grew while being read
-                raise FileTooLarge(f"{path}: larger than {limit} bytes")
-            chunks.append(chunk)
-        return b"".join(chunks)
+        return _read_at_most(lambda size: os.read(fd, size), limit, str(path))  # it may grow
     finally:
         os.close(fd)
+
+
+def read_stream(stream: BinaryIO, limit: int, name: str) -> bytes:
+    """All of ``stream`` (stdin, a pipe, a device), refused past ``limit`` bytes: reading
+    ``/dev/zero`` stops there. Unlike :func:`read_regular`, this blocks until the writer is
+    done, which is what a command reading its input wants."""
+    return _read_at_most(stream.read, limit, name)
+
+
+def _read_at_most(read: Callable[[int], bytes], limit: int, name: str) -> bytes:
+    chunks = []
+    size = 0
+    while True:
+        chunk = read(1 << 16)
+        if not chunk:
+            break
+        size += len(chunk)
+        if size > limit:
+            raise FileTooLarge(f"{name}: larger than {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)

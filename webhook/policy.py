@@ -8,7 +8,9 @@ the admission hot path only does a dictionary lookup.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
+import math
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -16,7 +18,6 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -29,9 +30,11 @@ from pydantic import (
     model_validator,
 )
 
-from webhook.files import read_regular
+from webhook.documents import DocumentError, decode, load, size_problem
+from webhook.files import FileTooLarge, read_regular
+from webhook.labeller.labels import label_key_problem, label_value_problem
 from webhook.profile import SWAP_LABEL, LabelSelector, Placement, Profile
-from webhook.quantity import QuantityError, parse_bytes, parse_quantity
+from webhook.quantity import INT64_SAFE, MI, QuantityError, parse_bytes, parse_quantity
 
 API_VERSION = "swapwise.io/v1alpha1"
 KIND = "SwapPolicy"
@@ -39,28 +42,58 @@ DEFAULT_SWAP_RATIO = 2
 DEFAULT_MIN_REQUEST = "16Mi"
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 # A ConfigMap holds at most 1 MiB; a policy is a few hundred bytes. Anchors and aliases
-# may repeat a value, but the document they expand to stays small and shallow.
+# may repeat a value, but the document they expand to stays within webhook.documents'
+# MAX_VALUES and MAX_DEPTH, as every file swapwise reads.
 MAX_FILE_BYTES = 1024 * 1024
-MAX_VALUES = 100_000
-MAX_DEPTH = 64
+# Memory quantities of a profile: from 1Mi (the engine writes whole MiB, so a smaller
+# minRequest never changes a result: 64 is 64 bytes, not 64Mi) to below 4Ei (2^62 bytes),
+# where the engine's and the rendered CEL's 64-bit arithmetic stays exact.
+MIN_MEMORY = MI
+MAX_MEMORY = INT64_SAFE - 1
 
 
 class PolicyError(ValueError):
-    """An invalid policy; ``errors`` holds one ``field.path: message`` line per problem."""
+    """An invalid policy; ``errors`` holds one ``field.path: message`` line per problem
+    (``(file): ...`` when the file's content is not text, or it could not be read at all)."""
 
-    def __init__(self, source: str, errors: list[str]) -> None:
+    def __init__(self, source: str, errors: list[str], unreadable: bool = False) -> None:
         self.source = source
         self.errors = errors
-        super().__init__(f"{source}: invalid policy:\n" + "\n".join(f"  {e}" for e in errors))
+        self.unreadable = unreadable  # no content to judge: missing, not a file, forbidden
+        super().__init__(self.text())
+
+    def text(self) -> str:
+        """``p.yaml: invalid policy:`` and an indented line per error; one line for a
+        file that could not be read (``p.yaml: cannot read the policy file: ...``)."""
+        if self.unreadable:
+            reasons = "; ".join(e.removeprefix("(file): ") for e in self.errors)
+            return f"{self.source}: cannot read the policy file: {reasons}"
+        return f"{self.source}: invalid policy:\n" + "\n".join(f"  {e}" for e in self.errors)
 
 
-def _positive_quantity(value: str | int) -> str | int:
+def _memory_quantity(value: str | int) -> str | int:
     try:
         parsed = parse_quantity(value)
     except QuantityError as exc:
         raise ValueError(str(exc)) from None
     if parsed <= 0:
         raise ValueError(f"{value!r} must be greater than zero")
+    if parsed < MIN_MEMORY:
+        bare = isinstance(value, int) or value.isdigit()
+        raise ValueError(
+            f"{value!r} is {math.ceil(parsed)} bytes, below 1Mi: the engine writes whole MiB, "
+            "so it would never change anything"
+            + (f" (a quantity without a suffix is bytes: did you mean {value}Mi?)" if bare
+               else ""))
+    if parsed > MAX_MEMORY:
+        raise ValueError(f"{value!r} is too large: memory quantities here must be below 4Ei "
+                         "(beyond, 64-bit arithmetic is no longer exact)")
+    return value
+
+
+def _finite(value: int | float) -> int | float:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"must be a finite number, not {_shown(value)}")
     return value
 
 
@@ -71,14 +104,32 @@ def _not_a_yaml_boolean(value: Any) -> Any:
     return value
 
 
+def _label_key(key: str) -> str:
+    problem = label_key_problem(key)
+    if problem is not None:
+        raise ValueError(f"{key!r} is not a label key the API server accepts: {problem}")
+    return key
+
+
+def _label_value(value: str) -> str:
+    problem = label_value_problem(value)
+    if problem is not None:
+        raise ValueError(f"{value!r} is not a label value the API server accepts: {problem}")
+    return value
+
+
 def _dns_label(value: str) -> str:
-    if not _DNS_LABEL.match(value):
+    if not _DNS_LABEL.fullmatch(value):
         raise ValueError(f"{value!r} is not a DNS label (lowercase letters, digits and '-')")
     return value
 
 
-Number = StrictInt | StrictFloat
-MemoryQuantity = Annotated[str | StrictInt, AfterValidator(_positive_quantity)]
+LabelKey = Annotated[str, AfterValidator(_label_key)]
+# A toleration without a key (operator Exists) tolerates every taint.
+TolerationKey = Annotated[str, AfterValidator(lambda key: key and _label_key(key))]
+LabelValue = Annotated[str, AfterValidator(_label_value)]
+Number = Annotated[StrictInt | StrictFloat, AfterValidator(_finite)]
+MemoryQuantity = Annotated[str | StrictInt, AfterValidator(_memory_quantity)]
 Name = Annotated[str, AfterValidator(_dns_label)]
 
 
@@ -87,9 +138,9 @@ class _Strict(BaseModel):
 
 
 class TolerationSpec(_Strict):
-    key: str | None = None
+    key: TolerationKey | None = None
     operator: Literal["Equal", "Exists"] | None = None
-    value: str | None = None
+    value: LabelValue | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute", ""] | None = None
     tolerationSeconds: StrictInt | None = None
 
@@ -103,9 +154,9 @@ class TolerationSpec(_Strict):
 
 
 class SelectorRequirement(_Strict):
-    key: str
+    key: LabelKey
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
-    values: list[str] = Field(default_factory=list)
+    values: list[LabelValue] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _values_match_operator(self) -> SelectorRequirement:
@@ -117,13 +168,13 @@ class SelectorRequirement(_Strict):
 
 
 class PodSelectorSpec(_Strict):
-    matchLabels: dict[str, str] = Field(default_factory=dict)
+    matchLabels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
     matchExpressions: list[SelectorRequirement] = Field(default_factory=list)
 
 
 class PlacementSpec(_Strict):
     mode: Literal["required", "preferred", "none"] = "required"
-    nodeSelector: dict[str, str] = Field(default_factory=lambda: {SWAP_LABEL: "true"})
+    nodeSelector: dict[LabelKey, LabelValue] = Field(default_factory=lambda: {SWAP_LABEL: "true"})
     weight: Annotated[StrictInt, Field(ge=1, le=100)] = 100
     tolerations: list[TolerationSpec] = Field(default_factory=list)
     # With mode: required, also require nodes whose swap backs the changed containers
@@ -240,36 +291,108 @@ class Policy:
         return self.profiles.get(profile)
 
 
+# Where an unknown field may be: (model, field) -> (the model of its value, how many
+# path parts (a map key, a list index) come between), for a "did you mean" among its fields.
+_NESTED: dict[tuple[type[BaseModel], str], tuple[type[BaseModel], int]] = {
+    (PolicySpec, "profiles"): (ProfileSpec, 1),
+    (PolicySpec, "namespaces"): (ProfileSpec, 1),
+    (ProfileSpec, "placement"): (PlacementSpec, 0),
+    (ProfileSpec, "podSelector"): (PodSelectorSpec, 0),
+    (PlacementSpec, "tolerations"): (TolerationSpec, 1),
+    (PodSelectorSpec, "matchExpressions"): (SelectorRequirement, 1),
+}
+
+
+def _suggestion(loc: list[str]) -> str:
+    """The field the unknown one at ``loc`` most likely meant (``swapRatio`` for
+    ``swapRaito``); empty when none is close."""
+    model: type[BaseModel] = PolicySpec
+    index = 0
+    while index < len(loc) - 1:
+        nested = _NESTED.get((model, loc[index]))
+        if nested is None:
+            return ""
+        model, skipped = nested
+        index += 1 + skipped
+    if index != len(loc) - 1:
+        return ""
+    close = difflib.get_close_matches(loc[-1], list(model.model_fields), n=1, cutoff=0.6)
+    return close[0] if close else ""
+
+
+def _text_for_number(value: str) -> str:
+    """Why a number written as text is refused, and how to write it."""
+    try:
+        number = float(value)
+    except ValueError:
+        return f"{value!r} is not a number"
+    if re.fullmatch(r"\s*[-+]?[0-9]*\.?[0-9]*[eE][0-9]+\s*", value) and math.isfinite(number):
+        mantissa, _, exponent = value.strip().lower().partition("e")
+        mantissa = mantissa if "." in mantissa else f"{mantissa}.0"
+        return (f"{value!r} is text, not a number: YAML reads an exponent only with a dot "
+                f"and a sign; write {mantissa}e+{exponent}")
+    return f"{value!r} is text, not a number: write it without quotes"
+
+
+def _message(error: Any, union: set[str]) -> str:
+    """One line for one pydantic error; ``union`` holds the error types pydantic reported
+    for the same field (one per member of a union: int | float, str | int)."""
+    kind, value = error["type"], error.get("input")
+    if kind == "extra_forbidden":
+        return "unknown field (check the spelling: unknown fields are never ignored)"
+    if kind in ("int_type", "float_type", "string_type") and union & {"string_type"} \
+            and union & {"int_type"}:  # str | int: a quantity
+        return f"must be a quantity (e.g. 64Mi, 2Gi or a number of bytes), not {_shown(value)}"
+    if kind in ("int_type", "float_type"):
+        if isinstance(value, str):
+            return _text_for_number(value)
+        whole = kind == "int_type" and "float_type" not in union
+        return f"must be {'a whole number' if whole else 'a number'}, not {_shown(value)}"
+    if kind == "model_type":
+        hint = " (write {} for every default)" if value is None else ""
+        return f"must be a mapping of fields, not {_shown(value)}{hint}"
+    message: str = error["msg"]
+    return message.removeprefix("Value error, ")
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool | int | float):
+        return _YAML_FLOATS.get(repr(value), repr(value)) if isinstance(value, float) else \
+            str(value).lower()
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, list):
+        return "a list"
+    return "a mapping" if isinstance(value, dict) else f"a {type(value).__name__}"
+
+
+_YAML_FLOATS = {"inf": ".inf", "-inf": "-.inf", "nan": ".nan"}
+
+
 def _format_errors(exc: ValidationError, prefix: tuple[str | int, ...] = ()) -> list[str]:
-    errors = []
+    found: list[tuple[str, Any]] = []
     for error in exc.errors():
         loc = [str(part) for part in (*prefix, *error["loc"])]
         # pydantic reports union members and validator names as path parts; drop them.
         loc = [part for part in loc if not part.startswith(("function-", "constrained-"))]
         loc = [p for p in loc if p not in ("int", "float", "str", "str-int", "function-after")]
-        message = error["msg"].removeprefix("Value error, ")
+        loc = [part or '""' for part in loc]  # an empty key
+        found.append((".".join(loc), error))
+    kinds: dict[str, set[str]] = {}
+    for where, error in found:
+        kinds.setdefault(where, set()).add(error["type"])
+    errors = []
+    for where, error in found:
+        message = _message(error, kinds[where])
         if error["type"] == "extra_forbidden":
-            message = "unknown field (check the spelling: unknown fields are never ignored)"
-        errors.append(f"{'.'.join(loc) or '(root)'}: {message}")
+            suggestion = _suggestion(where.split("."))
+            if suggestion:
+                message = f"unknown field: did you mean {suggestion}? (unknown fields are " \
+                          "never ignored)"
+        errors.append(f"{where or '(root)'}: {message}")
     return list(dict.fromkeys(errors))
-
-
-def _check_size(document: Any) -> str | None:
-    """Why ``document`` is too big or too deep to be a policy, if it is (no recursion)."""
-    stack: list[tuple[Any, int]] = [(document, 0)]
-    values = 0
-    while stack:
-        node, depth = stack.pop()
-        values += 1
-        if values > MAX_VALUES:
-            return f"more than {MAX_VALUES} values (aliases included)"
-        if depth > MAX_DEPTH:
-            return f"nested deeper than {MAX_DEPTH} levels"
-        if isinstance(node, dict):
-            stack.extend((child, depth + 1) for pair in node.items() for child in pair)
-        elif isinstance(node, list):
-            stack.extend((child, depth + 1) for child in node)
-    return None
 
 
 def build_policy(document: Any, source: str = "<policy>") -> Policy:
@@ -277,7 +400,7 @@ def build_policy(document: Any, source: str = "<policy>") -> Policy:
     (and nothing else, whatever the document holds)."""
     if not isinstance(document, dict):
         raise PolicyError(source, ["(root): the policy must be a YAML mapping"])
-    problem = _check_size(document)
+    problem = size_problem(document)
     if problem is not None:
         raise PolicyError(source, [f"(root): {problem}"])
     try:
@@ -313,51 +436,22 @@ def _build(document: dict[Any, Any], source: str) -> Policy:
     return Policy(profiles=profiles, overrides=overrides, source=source, digest=digest)
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys: the later one would silently win."""
-
-
-def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        if not isinstance(key_node, yaml.ScalarNode):
-            raise yaml.constructor.ConstructorError(
-                None, None, "mapping keys must be plain values, not lists or mappings",
-                key_node.start_mark,
-            )
-        key = loader.construct_object(key_node)
-        if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark
-            )
-        seen.add(key)
-    return loader.construct_mapping(node)
-
-
-_UniqueKeyLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping
-)
-
-
 def parse_policy(text: str, source: str = "<policy>") -> Policy:
     """Parse and validate policy text; raises :class:`PolicyError` for any bad content."""
     try:
-        document = yaml.load(text, Loader=_UniqueKeyLoader)
-    except yaml.YAMLError as exc:
-        raise PolicyError(source, [f"(yaml): {exc}".replace("\n", " ")]) from None
-    except RecursionError:
-        raise PolicyError(source, ["(yaml): nested too deeply to be a policy"]) from None
-    except Exception as exc:  # e.g. a date PyYAML cannot build (2024-02-30)
-        raise PolicyError(source, [f"(yaml): {type(exc).__name__}: {exc}"]) from None
+        [document] = load(text, source)
+    except DocumentError as exc:
+        where = "(root)" if exc.kind == "size" else f"({exc.kind})"
+        raise PolicyError(source, [f"{where}: {exc.detail}"]) from None
     return build_policy(document, source)
 
 
 def parse_policy_bytes(data: bytes, source: str = "<policy>") -> Policy:
     """A policy file's content, as read from disk (UTF-8)."""
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise PolicyError(source, [f"(file): {exc}"]) from None
+        text = decode(data, source)
+    except DocumentError as exc:
+        raise PolicyError(source, [f"(file): {exc.detail}"]) from None
     return parse_policy(text, source)
 
 
@@ -366,7 +460,10 @@ def load_policy(path: str | Path) -> Policy:
     try:
         data = read_regular(Path(path), MAX_FILE_BYTES)
     except OSError as exc:
-        raise PolicyError(str(path), [f"(file): {exc}"]) from None
+        # "No such file or directory", not "[Errno 2] No such file or directory: 'p.yaml'"
+        reason = exc.strerror or str(exc).removeprefix(f"{path}: ")
+        raise PolicyError(str(path), [f"(file): {reason}"],
+                          unreadable=not isinstance(exc, FileTooLarge)) from None
     return parse_policy_bytes(data, str(path))
 
 

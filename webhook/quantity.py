@@ -27,6 +27,9 @@ from functools import lru_cache
 
 MI = 1024 * 1024
 MAX_INT64 = 2**63 - 1
+# The rendered CEL (``swapwise render admission-policy``) computes in int64; its products of
+# values below this stay below 2^63. The policy's memory quantities stay below it too.
+INT64_SAFE = 2**62
 MAX_LENGTH = 1000
 NANO = Fraction(1, 10**9)
 

@@ -69,3 +69,15 @@ def test_labeller_section_names_what_it_renders() -> None:
     for kind in kinds:
         assert kind in flat, kind
     assert "`<fullname>-labeller-events` in `default`" in flat
+
+
+def test_values_say_which_nodes_the_labeller_labels() -> None:
+    """values.yaml said "nodes whose swap capacity is above zero": a NoSwap kubelet reports
+    capacity too, and the labeller leaves such nodes unlabelled."""
+    text = (CHART / "values.yaml").read_text()
+    comment = text[:text.index("\nlabeller:")].rsplit("\n\n", 1)[-1]
+    flat = " ".join(line.lstrip("# -") for line in comment.splitlines())
+    for said in ("exactly the swap nodes", "above zero AND whose kubelet runs swapBehavior "
+                 "LimitedSwap", "NoSwap, reports capacity but gives pods no swap",
+                 "swapwise.io/swap-permille"):
+        assert said in " ".join(flat.split()), said

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-DOCS = ("README.md", "charts/swapwise/README.md", "docs/guide.md")
+DOCS = ("README.md", "charts/swapwise/README.md", "docs/guide.md", "certs/README.md")
 REGISTRY = "registry.example"  # stands for the user's REGISTRY
 
 

@@ -30,7 +30,22 @@ def build_parser() -> argparse.ArgumentParser:
     subcommands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS:
         command.register(subcommands)
+    _describe(parser)
     return parser
+
+
+def _describe(parser: argparse.ArgumentParser) -> None:
+    """Give every subcommand without a description of its own its one-line help as one, so
+    ``swapwise COMMAND --help`` always says what the command does."""
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        helps = {choice.dest: choice.help for choice in action._choices_actions}
+        for name, sub in action.choices.items():
+            text = helps.get(name)
+            if sub.description is None and text:
+                sub.description = text[0].upper() + text[1:] + "."
+            _describe(sub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,8 +1,10 @@
 """``swapwise audit``: what in a running cluster needs action, read-only.
 
 The I/O is here (lightkube lists, through the labeller's client setup); every decision is
-:func:`webhook.audit.audit`. Exit status 1 when a finding needs action, 2 on an error
-reaching the cluster. Read-only: the RBAC it needs is in docs/audit.md.
+:func:`webhook.audit.audit`. Exit status 1 when a finding needs action, 2 when the audit
+could not be made (a bad argument or policy file, the cluster could not be read, or what it
+returned could not be judged): never a traceback, never 1. Read-only: the RBAC it needs is
+in docs/audit.md.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ def register(subcommands: Any) -> None:
                              "~/.kube/config)")
     parser.add_argument("--policy",
                         help="the policy the webhook serves (default: built-in policy); with "
-                             "the chart: kubectl get configmap <release>-swapwise-policy "
-                             "-o jsonpath='{.data.policy\\.yaml}'")
+                             "the chart: kubectl get configmap <fullname>-policy "
+                             "-o jsonpath='{.data.policy\\.yaml}' (swapwise-policy for the "
+                             "release swapwise)")
     parser.add_argument("--label", default=f"{SWAP_LABEL}=true",
                         help=f"the swap-node label, key=value (default {SWAP_LABEL}=true)")
     parser.add_argument("-o", "--output", choices=["table", "json"], default="table")
@@ -128,17 +131,24 @@ def run(args: argparse.Namespace) -> int:
 
     key, sep, value = args.label.partition("=")
     if not key or not sep:
-        return fail(f"--label {args.label!r}: expected key=value")
+        fail(f"--label {args.label!r}: expected key=value")
+        return 2
     try:
         policy = policy_from(args.policy)
     except CommandError as exc:
-        return fail(str(exc))
+        fail(str(exc))
+        return 2
     try:
         cluster = asyncio.run(fetch(args.kubeconfig))
     except Exception as exc:  # no kubeconfig, unreachable server, forbidden: say which
         fail(f"audit: cannot read the cluster: {type(exc).__name__}: {exc}")
         return 2
-    report = audit(cluster, policy, (key, value))
+    try:
+        report = audit(cluster, policy, (key, value))
+    except Exception as exc:  # a shape of cluster data no check foresaw: a bug, said as one
+        fail(f"audit: cannot judge what the cluster returned ({type(exc).__name__}: "
+             f"{str(exc)[:200]}); this is a swapwise bug, please report it")
+        return 2
     if args.output == "json":
         document = {"policy": policy.source, **report.to_json()}
         sys.stdout.write(json.dumps(document, indent=2) + "\n")

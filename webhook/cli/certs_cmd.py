@@ -13,7 +13,14 @@ from webhook.cli.common import fail
 
 def register(subcommands: Any) -> None:
     parser = subcommands.add_parser(
-        "certs", help="write ca.crt, tls.crt and tls.key for the webhook Service"
+        "certs", help="write ca.crt, tls.crt and tls.key for the webhook Service",
+        description="Write a new CA (ca.crt, the caBundle) and a serving certificate and key it "
+                    "signs (tls.crt, tls.key: what a kubernetes.io/tls Secret holds and serve "
+                    "--cert-dir reads) for the webhook Service's names SERVICE, "
+                    "SERVICE.NAMESPACE, SERVICE.NAMESPACE.svc and "
+                    "SERVICE.NAMESPACE.svc.cluster.local, into certs/SERVICE.NAMESPACE (beside "
+                    "the development server's certs/, never over it) unless --out. Existing "
+                    "files are never overwritten without --force.",
     )
     parser.add_argument("--service", required=True, help="Service name")
     parser.add_argument("--namespace", required=True, help="Service namespace")

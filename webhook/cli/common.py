@@ -1,5 +1,5 @@
 """Helpers shared by subcommands: loading a policy and choosing its profile with readable
-errors, reading manifests."""
+errors, reading manifests within bounds."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from webhook.documents import MAX_VALUES, DocumentError, decode, load
+from webhook.files import FileTooLarge, read_regular, read_stream
 from webhook.policy import Policy, PolicyError, default_policy, load_policy
 from webhook.profile import Profile
 
@@ -47,15 +47,56 @@ def choose_profile(policy: Policy, name: str | None, namespace: str | None) -> P
     return profile
 
 
+# Manifests: at most this much input in all (a file, stdin, or a directory's files). A
+# policy is one small object (1 MiB, a ConfigMap's limit); a manifest stream may be a whole
+# `helm template`. Each file is then held to webhook.documents' bounds: nested at most
+# MAX_DEPTH levels, and at most MAX_VALUES values or as many as it has bytes, whichever is
+# more, so YAML aliases cannot make a file of a few hundred bytes a billion values.
+MAX_MANIFEST_BYTES = 16 * 1024 * 1024
+MANIFEST_SUFFIXES = (".json", ".yaml", ".yml")  # what kubectl -f DIR reads
+
+
+def _inputs(filename: str) -> list[tuple[str, bytes]]:
+    """(name, content) of each file ``-f`` names: stdin, a file (a pipe or a device too),
+    or the .json/.yaml/.yml files of a directory, in name order (not its subdirectories),
+    as ``kubectl -f DIR`` reads them."""
+    if filename == "-":
+        return [("<stdin>", read_stream(sys.stdin.buffer, MAX_MANIFEST_BYTES, "<stdin>"))]
+    path = Path(filename)
+    if not path.is_dir():
+        if path.is_file():
+            return [(filename, read_regular(path, MAX_MANIFEST_BYTES))]
+        with path.open("rb") as stream:  # a FIFO (-f <(helm template ...)), a device
+            return [(filename, read_stream(stream, MAX_MANIFEST_BYTES, filename))]
+    files = sorted(p for p in path.iterdir() if p.suffix in MANIFEST_SUFFIXES and p.is_file())
+    if not files:
+        raise CommandError(f"{filename}: a directory without .json, .yaml or .yml files")
+    found = []
+    left = MAX_MANIFEST_BYTES
+    for file in files:
+        data = read_regular(file, left)  # FileTooLarge: the directory's files, in all
+        left -= len(data)
+        found.append((str(file), data))
+    return found
+
+
 def read_documents(filename: str) -> list[Any]:
+    """Every YAML document ``-f`` names (see :func:`_inputs`), each file within the
+    bounds above, duplicate keys refused (two manifests joined without ``---`` would
+    otherwise lose the first silently)."""
     try:
-        if filename == "-":
-            text = sys.stdin.read()
-        else:
-            with open(filename, encoding="utf-8") as handle:
-                text = handle.read()
-        return list(yaml.safe_load_all(text))
+        inputs = _inputs(filename)
+    except FileTooLarge:
+        name = "<stdin>" if filename == "-" else filename
+        raise CommandError(f"{name}: larger than {MAX_MANIFEST_BYTES // (1024 * 1024)} MiB, "
+                           "the most manifests are read") from None
     except OSError as exc:
         raise CommandError(f"cannot read {filename}: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise CommandError(f"{filename} is not valid YAML: {exc}") from None
+    documents: list[Any] = []
+    for source, data in inputs:
+        try:
+            documents += load(decode(data, source), source, every=True,
+                              max_values=max(MAX_VALUES, len(data)))
+        except DocumentError as exc:
+            raise CommandError(str(exc)) from None
+    return documents

@@ -25,6 +25,7 @@ from webhook.cli.common import CommandError, choose_profile, fail, policy_from, 
 from webhook.engine import mutate_pod
 from webhook.engine.backing import PERMILLE_LABEL
 from webhook.engine.pod import MalformedPod
+from webhook.engine.warnings import whole
 from webhook.hpa import HpaWarning, manifest_warnings
 from webhook.overhead import (
     Overhead,
@@ -55,7 +56,9 @@ def register(subcommands: Any) -> None:
     parser = subcommands.add_parser(
         "plan", help="pods per node before and after reshaping, on a given node shape"
     )
-    parser.add_argument("-f", "--filename", required=True, help="YAML file, or - for stdin")
+    parser.add_argument("-f", "--filename", required=True,
+                        help="YAML or JSON file, - for stdin, or a directory (its .yaml, .yml "
+                             "and .json files); at most 16 MiB")
     parser.add_argument("--node-memory", required=True,
                         help="node memory capacity, e.g. 30Gi (swap shares divide by it)")
     parser.add_argument("--node-swap", required=True, help="node swap capacity, e.g. 375Gi")
@@ -327,7 +330,7 @@ def render_json(node: Node, plans: list[WorkloadPlan]) -> str:
             "profile": item.profile,
             "replicas": item.replicas,
             "skipped": result.skipped,
-            "warnings": list(result.warnings),
+            "warnings": [whole(message) for message in result.warnings],
             "containers": [
                 {
                     "name": c.name,
@@ -384,7 +387,7 @@ def render_json(node: Node, plans: list[WorkloadPlan]) -> str:
 def _print_warnings(plans: list[WorkloadPlan], out: TextIO) -> None:
     for item in plans:
         for message in item.pod.warnings:
-            print(f"Warning: {item.workload.ref}: {message}", file=out)
+            print(f"Warning: {item.workload.ref}: {whole(message)}", file=out)
         for warning in item.hpa:
             print(f"Warning: {item.workload.ref}: {warning.message()}", file=out)
 

@@ -21,9 +21,8 @@ def run_check(args: argparse.Namespace) -> int:
     try:
         policy = load_policy(args.file)
     except PolicyError as exc:
-        print(f"{exc.source}: invalid policy", file=sys.stderr)
-        for error in exc.errors:
-            print(f"  {error}", file=sys.stderr)
+        print(exc.text().replace(": invalid policy:\n", ": invalid policy\n", 1),
+              file=sys.stderr)
         return 1
     overrides = sorted({namespace for _, namespace in policy.overrides})
     print(f"{args.file}: valid; profiles: {', '.join(sorted(policy.profiles))}"

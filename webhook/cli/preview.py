@@ -16,16 +16,22 @@ import jsonpatch
 import yaml
 
 from webhook.cli.common import CommandError, choose_profile, fail, policy_from, read_documents
-from webhook.engine import mutate_pod
+from webhook.engine import Mutation, mutate_pod
+from webhook.engine.mutate import VPA_SKIPPED
+from webhook.engine.pod import PROFILE_ANNOTATION, PodView
+from webhook.engine.warnings import whole
 from webhook.hpa import manifest_warnings
 from webhook.policy import Policy
+from webhook.profile import Profile
 from webhook.vpa import as_admitted, managing_vpa, without_admission_marks
 from webhook.workloads import find_workload, iter_objects
 
 
 def register(subcommands: Any) -> None:
     parser = subcommands.add_parser("preview", help="apply the mutation offline to manifests")
-    parser.add_argument("-f", "--filename", required=True, help="YAML file, or - for stdin")
+    parser.add_argument("-f", "--filename", required=True,
+                        help="YAML or JSON file, - for stdin, or a directory (its .yaml, .yml "
+                             "and .json files); at most 16 MiB")
     parser.add_argument("--policy", help="policy file (default: built-in policy)")
     parser.add_argument("--profile", help="profile (may be omitted with a one-profile policy)")
     parser.add_argument("--namespace", "-n", help="namespace, for per-namespace overrides")
@@ -56,7 +62,11 @@ def preview(
         seen = as_admitted(pod, vpa) if vpa is not None else pod
         mutation = mutate_pod(seen, profile, daemonset=workload.daemonset or None)
         for message in mutation.warnings:
-            print(f"Warning: {workload.ref}: {message}", file=warnings_out)
+            print(f"Warning: {workload.ref}: {whole(message)}", file=warnings_out)
+        if not mutation.patch:
+            reason = why_unchanged(seen, profile, mutation, workload.daemonset)
+            if reason is not None:
+                print(f"Note: {workload.ref}: left unchanged: {reason}", file=warnings_out)
         after = obj
         if mutation.patch:
             new_pod = jsonpatch.apply_patch(seen, mutation.patch)
@@ -68,6 +78,38 @@ def preview(
                 print(f"Warning: {workload.ref}: {hpa.message()}", file=warnings_out)
         results.append((obj, after))
     return results
+
+
+def why_unchanged(pod: dict[str, Any], profile: Profile, mutation: Mutation,
+                  daemonset: bool = False) -> str | None:
+    """Why the engine gave ``pod`` no patch, as ``plan`` says it; None when a warning
+    already says it (a malformed or too large pod, a VPA's with ``vpaPods: skip``)."""
+    if mutation.skipped in ("malformed", "too large", VPA_SKIPPED):
+        return None
+    if mutation.skipped == "podSelector does not match":
+        return (f"profile {profile.name}'s podSelector does not select it (it reshapes only "
+                "the pods it selects)")
+    if mutation.skipped is not None:
+        return f"{mutation.skipped} (never reshaped)"
+    view = PodView.parse(pod)  # the engine parsed it: it has the shape of a pod
+    if all(c.memory_request is None and c.memory_limit is None for c in view.containers):
+        return ("no container has a memory request or limit, so none can get swap; set "
+                "defaultLimit in the profile to give them one" if profile.default_limit is None
+                else "no container has a memory request or limit")
+    if view.annotations.get(PROFILE_ANNOTATION) is not None:
+        return f"already in the shape profile {profile.name} gives (reshaped before)"
+    if mutation.warnings:
+        return "no container's memory changes (the warnings above say why)"
+    if profile.placement.mode == "none":
+        placement = "the profile adds no placement (placement.mode: none)"
+    elif view.spec.get("nodeName"):
+        placement = "spec.nodeName is set, so it gets no placement"
+    elif daemonset or view.owned_by_daemonset():
+        placement = "a DaemonSet's pod gets no placement"
+    else:
+        placement = "it already has the profile's placement"
+    return ("every container with memory already has a request below its limit (it already "
+            f"gets swap), and {placement}")
 
 
 def render(results: list[tuple[Any, Any]], output: str) -> str:

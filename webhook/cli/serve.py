@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import socket
 import sys
 from pathlib import Path
 from typing import Any
 
 from webhook import certs
 from webhook.cli.common import fail
-from webhook.policy import PolicyError
+from webhook.policy import PolicyError, load_policy
 from webhook.server.options import ServeOptions
 from webhook.server.tls import CertificateError
 
@@ -22,7 +24,15 @@ def _g(value: float) -> str:
 
 
 def register(subcommands: Any) -> None:
-    parser = subcommands.add_parser("serve", help="serve the admission webhook over HTTPS")
+    parser = subcommands.add_parser(
+        "serve", help="serve the admission webhook over HTTPS",
+        description="Serve the admission webhook over HTTPS: POST /mutate/<profile> "
+                    "(AdmissionReview v1), /healthz, /readyz, /metrics. The policy and "
+                    "certificate files are watched and reloaded without a restart. With no "
+                    "certificate given (--cert-dir, or --tls-cert and --tls-key), a development "
+                    "CA and serving certificate are made under certs/ and kept across restarts; "
+                    "nothing is written there before the address can be listened on and the "
+                    "policy loads.")
     parser.add_argument("--policy", help="policy file (default: built-in policy)")
     parser.add_argument("--cert-dir", help="directory with tls.crt and tls.key")
     parser.add_argument("--tls-cert", help="serving certificate (PEM)")
@@ -65,7 +75,8 @@ def register(subcommands: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def _certificate(args: argparse.Namespace) -> tuple[Path, Path]:
+def _given_certificate(args: argparse.Namespace) -> tuple[Path, Path] | None:
+    """The certificate and key the flags name; None when none is given."""
     if args.cert_dir and (args.tls_cert or args.tls_key):
         raise ValueError("give --cert-dir or --tls-cert/--tls-key, not both")
     if args.cert_dir:
@@ -75,6 +86,12 @@ def _certificate(args: argparse.Namespace) -> tuple[Path, Path]:
         if not (args.tls_cert and args.tls_key):
             raise ValueError("--tls-cert and --tls-key go together")
         return Path(args.tls_cert), Path(args.tls_key)
+    return None
+
+
+def _dev_certificate(args: argparse.Namespace) -> tuple[Path, Path]:
+    """The development certificate under certs/, made or reused: only once the server is
+    known to be able to serve (see :func:`_preflight`)."""
     extra_ips = [args.host] if args.host not in ("0.0.0.0", "::", "127.0.0.1") else []
     paths, replaced = certs.ensure_dev_certs(DEV_CERT_DIR, [], extra_ips)
     if replaced:
@@ -82,6 +99,40 @@ def _certificate(args: argparse.Namespace) -> tuple[Path, Path]:
     print(f"swapwise: development certificate {paths.cert}; CA bundle for caBundle: "
           f"{paths.ca.resolve()}", file=sys.stderr)
     return paths.cert, paths.key
+
+
+def _listen_error(exc: OSError, host: str, port: int) -> str:
+    """What a failed bind means, naming the address and what to do."""
+    where = f"cannot listen on {host}:{port}"
+    if exc.errno == errno.EADDRINUSE:
+        return (f"{where}: port {port} is in use (another swapwise serve, such as make run?); "
+                "stop it, or choose another port with --port")
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return (f"{where}: this machine has no address {host}; --host takes one of its "
+                "addresses, or 0.0.0.0 for all")
+    if exc.errno == errno.EACCES:
+        return (f"{where}: permission denied (ports below 1024 need root or "
+                "CAP_NET_BIND_SERVICE); choose another port with --port")
+    if isinstance(exc, socket.gaierror):
+        return f"{where}: --host {host!r} is not an address this machine can listen on"
+    return f"{where}: {exc.strerror or exc}"
+
+
+def _preflight(args: argparse.Namespace) -> None:
+    """What must hold before anything is written to certs/: the policy loads, the client
+    CA can be read, and the address can be listened on (bound and let go at once). A run
+    that cannot serve leaves certs/ as it found it, and never makes a new CA for a name or
+    address that it would never have served."""
+    from webhook.server.main import bind_socket
+
+    if args.policy:
+        load_policy(args.policy)
+    if args.client_ca and not Path(args.client_ca).is_file():
+        raise ValueError(f"--client-ca {args.client_ca}: no such file")
+    try:
+        bind_socket(args.host, args.port).close()
+    except OSError as exc:
+        raise ValueError(_listen_error(exc, args.host, args.port)) from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -96,7 +147,9 @@ def run(args: argparse.Namespace) -> int:
     if min(timeouts) <= 0 or args.drain_seconds < 0:
         return fail("timeouts must be positive and --drain-seconds not negative")
     try:
-        cert, key = _certificate(args)
+        given = _given_certificate(args)
+        _preflight(args)
+        cert, key = given or _dev_certificate(args)
         options = ServeOptions(
             cert=cert, key=key,
             policy=Path(args.policy) if args.policy else None,
@@ -108,6 +161,10 @@ def run(args: argparse.Namespace) -> int:
             drain_seconds=args.drain_seconds,
         )
         serve(options)
-    except (ValueError, PolicyError, CertificateError, OSError) as exc:
+    except OSError as exc:
+        if exc.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL):  # taken since the preflight
+            return fail(_listen_error(exc, args.host, args.port))
+        return fail(str(exc))
+    except (ValueError, PolicyError, CertificateError) as exc:
         return fail(str(exc))
     return 0

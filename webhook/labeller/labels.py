@@ -26,8 +26,11 @@ from webhook.engine.pressure import PRESSURE_ANNOTATION, PRESSURE_LABEL, PRESSUR
 from webhook.profile import SWAP_LABEL
 from webhook.quantity import MAX_INT64, QuantityError, parse_bytes
 
-_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
-_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# As the API server checks label keys (a qualified name) and values (apimachinery's
+# IsQualifiedName and IsValidLabelValue); matched whole (fullmatch: "$" would let a
+# trailing newline through).
+_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+_PREFIX = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 # Set by the node admin next to the kubelet configuration, e.g. kubelet
 # --node-labels=swapwise.io/swap-behavior=LimitedSwap (NodeRestriction allows it: the key
@@ -67,15 +70,9 @@ class Label:
         key, sep, value = text.partition("=")
         if not sep:
             raise LabelError(f"{text!r}: expected key=value")
-        prefix, slash, name = key.rpartition("/")
-        if slash and (not prefix or len(prefix) > 253 or not _PREFIX.match(prefix)):
-            raise LabelError(f"{text!r}: the key prefix must be a DNS subdomain")
-        if not _NAME.match(name):
-            raise LabelError(f"{text!r}: the key name must be 1-63 characters "
-                             "[A-Za-z0-9-_.], starting and ending alphanumeric")
-        if value and not _NAME.match(value):
-            raise LabelError(f"{text!r}: the value must be empty or 1-63 characters "
-                             "[A-Za-z0-9-_.], starting and ending alphanumeric")
+        problem = label_key_problem(key) or label_value_problem(value)
+        if problem is not None:
+            raise LabelError(f"{text!r}: {problem}")
         return cls(key, value)
 
     def __str__(self) -> str:
@@ -83,6 +80,26 @@ class Label:
 
 
 DEFAULT_LABEL = Label(SWAP_LABEL, "true")
+
+
+def label_key_problem(key: str) -> str | None:
+    """Why the API server would refuse ``key`` as a label key (``[prefix/]name``), if so.
+    The one check of label keys: ``--label`` here, the policy's selectors and tolerations."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and (not prefix or len(prefix) > 253 or not _PREFIX.fullmatch(prefix)):
+        return "the key prefix must be a DNS subdomain"
+    if not _NAME.fullmatch(name):
+        return ("the key name must be 1-63 characters [A-Za-z0-9-_.], starting and ending "
+                "alphanumeric")
+    return None
+
+
+def label_value_problem(value: str) -> str | None:
+    """Why the API server would refuse ``value`` as a label value, if so."""
+    if value and not _NAME.fullmatch(value):
+        return ("the value must be empty or 1-63 characters [A-Za-z0-9-_.], starting and "
+                "ending alphanumeric")
+    return None
 
 
 class Reason(StrEnum):

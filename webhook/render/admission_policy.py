@@ -16,7 +16,7 @@ is rendered at all.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -45,14 +45,16 @@ from webhook.engine.vpa import OBSERVED_ANNOTATION, UPDATES_ANNOTATION
 from webhook.engine.warnings import MAX_WARNING
 from webhook.policy import Policy
 from webhook.profile import LabelSelector, Profile
-from webhook.quantity import _FORMAT_BINARY, _FORMAT_DECIMAL, MI, format_bytes
+from webhook.quantity import _FORMAT_BINARY, _FORMAT_DECIMAL, INT64_SAFE, MI, format_bytes
 
 PROFILE_LABEL = "swapwise.io/profile"
 NAME_LABEL = "kubernetes.io/metadata.name"
 EXCLUDED_NAMESPACES = ("kube-system", "kube-node-lease")
 API_VERSIONS = ("v1", "v1beta1")
+# cel-go's parser refuses an expression longer than this (in code points), and so does
+# the API server: a policy holding one is refused as a whole.
+MAX_EXPRESSION_LENGTH = 100_000
 WARNING_SLOTS = 16  # one Warn validation per message; beyond these, one "N more" line
-INT64_SAFE = 2**62  # products of the CEL arithmetic below must stay under this
 RESTART = "RestartContainer"
 # (prefix of the variable names, CEL list, JSON Pointer of the list)
 KINDS = (
@@ -74,8 +76,26 @@ class Unrenderable(ValueError):
 
 
 def q(text: str) -> str:
-    """A CEL string literal (JSON escaping is valid CEL escaping)."""
-    return json.dumps(text)
+    """A CEL string literal: printable ASCII as is, anything else escaped as CEL reads it,
+    ``\\u00e9`` in the BMP and ``\\U0001f600`` beyond (JSON's surrogate pairs,
+    ``\\ud83d\\ude00``, are invalid code points to cel-go, which refuses the expression)."""
+    if text.isascii() and text.isprintable():
+        return json.dumps(text)  # the same text: only " and \ are escaped
+    out = ['"']
+    for char in text:
+        code = ord(char)
+        if char in '"\\':
+            out.append("\\" + char)
+        elif 0x20 <= code < 0x7F:
+            out.append(char)
+        elif 0xD800 <= code <= 0xDFFF:
+            raise ValueError(f"{text!r} holds a lone surrogate, which no CEL string can hold")
+        elif code < 0x10000:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    out.append('"')
+    return "".join(out)
 
 
 def lit(value: Any) -> str:
@@ -801,8 +821,44 @@ def render_admission_policies(
     errors = [error for t in targets for error in check(t)]
     if errors:
         raise Unrenderable(errors)
-    return [obj for t in targets
-            for obj in render_target(t, api_version, failure_policy, excluded_namespaces)]
+    objects: list[dict[str, Any]] = []
+    for t in targets:
+        rendered = render_target(t, api_version, failure_policy, excluded_namespaces)
+        errors += too_long(t, rendered)
+        objects += rendered
+    if errors:
+        raise Unrenderable(errors)
+    return objects
+
+
+def _expressions(node: Any, path: str = "") -> Iterator[tuple[str, str]]:
+    """(path, text) of every CEL expression in a rendered object."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("expression", "messageExpression") and isinstance(value, str):
+                yield f"{path}.{key}", value
+            else:
+                yield from _expressions(value, f"{path}.{key}")
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _expressions(value, f"{path}[{index}]")
+
+
+def too_long(target_: Target, objects: Sequence[dict[str, Any]]) -> list[str]:
+    """An error per CEL expression the API server would refuse for its length."""
+    errors = []
+    where = f"profiles.{target_.profile.name}" if target_.namespace is None else \
+        f"namespaces.{target_.namespace} (profile {target_.profile.name})"
+    for obj in objects:
+        for path, text in _expressions(obj.get("spec")):
+            if len(text) > MAX_EXPRESSION_LENGTH:
+                cause = (": its podSelector is too large; select on fewer label values" if
+                         path.startswith(".matchConditions") else "")
+                errors.append(
+                    f"{where}: {obj['kind']} {obj['metadata']['name']} spec{path} would be "
+                    f"{len(text):,} characters of CEL, over the {MAX_EXPRESSION_LENGTH:,} "
+                    f"the API server accepts{cause}")
+    return errors
 
 
 HELM_MODE = "admissionPolicy"
