@@ -168,6 +168,12 @@ def need_cel(r: str, lim: str) -> str:
 # without terms reaches CEL as null, which .orValue([]) keeps (and .size() then fails on).
 REQUIRED_TERMS = (f"[object.spec.?affinity.?nodeAffinity.?{REQUIRED}.?nodeSelectorTerms"
                   ".orValue([])].map(ts, type(ts) == list ? ts : [])[0]")
+# Which affinity objects the pod has: a patch adds the first one missing on the way.
+NODE_AFFINITY = "object.spec.?affinity.?nodeAffinity"
+AFFINITY_SET = " || ".join(f"object.spec.?affinity.?{f}.hasValue()"
+                           for f in ("nodeAffinity", "podAffinity", "podAntiAffinity"))
+NODE_AFFINITY_SET = (f"{NODE_AFFINITY}.?{REQUIRED}.hasValue() || "
+                     f"{NODE_AFFINITY}.?{PREFERRED}.hasValue()")
 
 
 def positive(s: str) -> str:
@@ -509,12 +515,6 @@ class _Cel:
         placement = self.p.placement
         if placement.mode == "none":
             return []
-        affinity = "object.spec.?affinity"
-        affinity_set = " || ".join(f"{affinity}.?{f}.hasValue()"
-                                   for f in ("nodeAffinity", "podAffinity", "podAntiAffinity"))
-        node_affinity = f"{affinity}.?nodeAffinity"
-        node_affinity_set = (f"{node_affinity}.?{REQUIRED}.hasValue() || "
-                             f"{node_affinity}.?{PREFERRED}.hasValue()")
         wanted = [{"key": k, "operator": "In", "values": [v]} for k, v in placement.node_selector]
         out: list[str] = []
         base = "/spec/affinity/nodeAffinity"
@@ -526,7 +526,7 @@ class _Cel:
         if placement.mode == "required":  # the pressure entry at least, in every term
             out.append(self._required_ops(wanted, lacks))
         elif wanted:
-            terms = f"{node_affinity}.?{PREFERRED}.orValue([])"
+            terms = f"{NODE_AFFINITY}.?{PREFERRED}.orValue([])"
             entry = {"weight": placement.weight, "preference": {"matchExpressions": wanted}}
             present = (f"{terms}.exists(pt, " + " && ".join(  # every wanted one is there
                 lacks("pt.?preference.?matchExpressions.orValue([])", w).removeprefix("!")
@@ -534,8 +534,8 @@ class _Cel:
             out.append(
                 f"({present} ? [] : {terms}.size() > 0 ? "
                 f"[{op('add', q(base + '/' + PREFERRED + '/-'), lit(entry))}] : "
-                f"{node_affinity_set} ? [{op('add', q(base + '/' + PREFERRED), lit([entry]))}] : "
-                f"{affinity_set} ? [{op('add', q(base), lit({PREFERRED: [entry]}))}] : "
+                f"{NODE_AFFINITY_SET} ? [{op('add', q(base + '/' + PREFERRED), lit([entry]))}] : "
+                f"{AFFINITY_SET} ? [{op('add', q(base), lit({PREFERRED: [entry]}))}] : "
                 f"[{op('add', q('/spec/affinity'), lit({'nodeAffinity': {PREFERRED: [entry]}}))}])"
             )
         tolerations = _unique_tolerations(placement.tolerations)
@@ -575,12 +575,6 @@ class _Cel:
         """``wanted``, the memory-pressure entry and the swap-backing entry into every
         required term (engine/placement.py ``_required_ops``; the ops come in another order,
         to the same pod)."""
-        affinity = "object.spec.?affinity"
-        affinity_set = " || ".join(f"{affinity}.?{f}.hasValue()"
-                                   for f in ("nodeAffinity", "podAffinity", "podAntiAffinity"))
-        node_affinity = f"{affinity}.?nodeAffinity"
-        node_affinity_set = (f"{node_affinity}.?{REQUIRED}.hasValue() || "
-                             f"{node_affinity}.?{PREFERRED}.hasValue()")
         base = "/spec/affinity/nodeAffinity"
         terms = REQUIRED_TERMS
         pressure = pressure_expression()
@@ -598,10 +592,10 @@ class _Cel:
             return f"{{{q(key)}: dyn({value})}}"
 
         chain = (
-            f"!({affinity_set}) ? "
+            f"!({AFFINITY_SET}) ? "
             f"[{op('add', q('/spec/affinity'), member('nodeAffinity', required))}]"
-            f" : !({node_affinity_set}) ? [{op('add', q(base), required)}]"
-            f" : !{node_affinity}.?{REQUIRED}.?nodeSelectorTerms.hasValue() ? "
+            f" : !({NODE_AFFINITY_SET}) ? [{op('add', q(base), required)}]"
+            f" : !{NODE_AFFINITY}.?{REQUIRED}.?nodeSelectorTerms.hasValue() ? "
             f"[{op('add', q(base + '/' + REQUIRED), member('nodeSelectorTerms', new_terms))}]"
             f" : [{op('add', q(base + '/' + REQUIRED + '/nodeSelectorTerms'), new_terms)}]"
         )
