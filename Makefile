@@ -26,16 +26,19 @@ run: venv
 ## unit and integration tests; the whole e2e suite against a real control plane on Kubernetes
 ## 1.34 with Helm 3 (the full line: the real node's line); the e2e smoke on 1.37 with Helm 4;
 ## the chart tests with Helm 4; the server tests on the oldest uvicorn; the real-node
-## scenarios (a kubelet with swap in a QEMU guest). Downloads and the 1.37 build run in the
-## background beside stages that leave a core idle (README "How long it takes").
+## scenarios (a kubelet with swap in a QEMU guest). Downloads and the builds the unit tests do
+## not need run in the background beside stages that leave a core idle (README "How long it
+## takes").
 test: venv
 	@hack/stage --begin
 	@hack/stage lint $(MAKE) --no-print-directory lint
 	@hack/stage --background node-parts $(MAKE) --no-print-directory node-parts
 	@hack/stage build-1.34 $(MAKE) --no-print-directory control-plane-1.34
-	@hack/stage build-tools $(MAKE) --no-print-directory prometheus vpa
+	@hack/stage build-promtool tests/e2e/build-prometheus.sh promtool
+	@hack/stage --background build-tools $(MAKE) --no-print-directory prometheus vpa
 	@hack/stage --background build-1.37 $(MAKE) --no-print-directory control-plane-1.37
 	@hack/stage unit $(MAKE) --no-print-directory unit
+	@hack/stage --wait build-tools
 	@hack/stage e2e-1.34 env SWAPWISE_K8S_VERSION=1.34 SWAPWISE_HELM=3 $(MAKE) --no-print-directory e2e
 	@hack/stage --wait build-1.37
 	@hack/stage smoke-1.37 $(MAKE) --no-print-directory e2e-smoke-1.37
