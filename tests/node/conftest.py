@@ -151,7 +151,10 @@ class Labeller:
         argv = [swapwise_executable(), "label-nodes", "--kubeconfig", str(cp.kubeconfig),
                 "--swap-behavior-source", "kubelet", "--resync", "10",
                 "--lease-namespace", "default", "--metrics-host", "127.0.0.1",
-                "--metrics-port", str(self.port), "--pressure-guard"]
+                "--metrics-port", str(self.port), "--pressure-guard",
+                # The emulated kubelet under memory pressure answers in tens of seconds
+                # (tests/node/kubelet_prometheus.py): a read may take that long.
+                "--kubelet-timeout", "60"]
         for name, value in GUARD.items():
             argv += [f"--pressure-{name.replace('_', '-')}", str(value)]
         self.component = Component("label-nodes", argv, cp.workdir / "label-nodes.log")

@@ -54,6 +54,9 @@ def register(subcommands: Any) -> None:
                         help="with --swap-behavior-source kubelet: seconds a kubelet's answer "
                              "is reused before it is read again (default 300; every --resync "
                              "reads all again)")
+    parser.add_argument("--kubelet-timeout", type=float, default=5.0,
+                        help="seconds one read of a kubelet (/configz, the Summary) may take "
+                             "through the API server before it counts as failed (default 5)")
     guard = parser.add_argument_group(
         "pressure guard",
         "mark a swap node swapwise.io/memory-pressure=true while its memory PSI (kubelet "
@@ -101,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
         return fail("--resync must be greater than zero")
     if not args.kubelet_config_ttl > 0:  # NaN too
         return fail("--kubelet-config-ttl must be greater than zero")
+    if not 0 < args.kubelet_timeout < 3600:  # NaN too
+        return fail("--kubelet-timeout must be between 0 and 3600 seconds")
     try:
         label = Label.parse(args.label)
         if label.key == PERMILLE_LABEL:
@@ -127,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
             swap_behavior_source=args.swap_behavior_source,
             kubelet_config_ttl=args.kubelet_config_ttl,
             pressure=pressure if args.pressure_guard else None,
+            kubelet_timeout=args.kubelet_timeout,
             log_level=args.log_level,
         )
     except (LabelError, ValueError) as exc:

@@ -352,6 +352,8 @@ class Labeller:
             with contextlib.suppress(KeyError):
                 self.metrics.memory_psi.remove(name, kind)
         state = self.pressure.get(name)
+        if state is not None:
+            state.missed()
         extra = {"node": name, "error": error, "marked": bool(state and state.marked)}
         if self.psi_errors.get(name) != error:  # once per new error, not every interval
             log.warning("memory PSI unreadable; mark and windows left as they are", extra=extra)

@@ -29,7 +29,7 @@ from webhook.labeller.lease import Conflict, LeaseRecord
 
 FIELD_MANAGER = "swapwise-labeller"
 WATCH_SECONDS = 300  # the server ends each watch after this; lightkube resumes it
-KUBELET_TIMEOUT = 5.0  # seconds for one kubelet read (API server -> kubelet -> back)
+KUBELET_TIMEOUT = 5.0  # default seconds for one kubelet read (API server -> kubelet -> back)
 CONFIGZ_MAX_BYTES = 1 << 20  # a kubelet configuration is a few KiB; refuse to buffer more
 # A CPU-and-memory Summary is about 1 KiB per pod and container: 4 MiB covers a few
 # thousand containers.
@@ -130,8 +130,9 @@ class KubeLeaseStore:
 class KubeNodes:
     """:class:`~webhook.labeller.controller.NodeAPI` on the cluster's Nodes."""
 
-    def __init__(self, client: AsyncClient) -> None:
+    def __init__(self, client: AsyncClient, kubelet_timeout: float = KUBELET_TIMEOUT) -> None:
         self.client = client
+        self.kubelet_timeout = kubelet_timeout
 
     async def list_nodes(self) -> tuple[list[dict[str, Any]], str]:
         """All Nodes, and the resourceVersion to watch from (set even for an empty list)."""
@@ -176,7 +177,7 @@ class KubeNodes:
         request = generic.build_adapter_request(BasicRequest(
             method="GET", url=f"api/v1/nodes/{quote(name, safe='')}/proxy/{path}",
             params=params, headers={"Accept": "application/json"},
-            timeout=httpx2.Timeout(KUBELET_TIMEOUT),
+            timeout=httpx2.Timeout(self.kubelet_timeout),
         ))
         response = await generic._client.send(request, stream=True)
         body = bytearray()

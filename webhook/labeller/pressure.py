@@ -17,11 +17,13 @@ Hysteresis, so a node does not flap:
   is kept; a read that breaks a run starts that window again.
 
 Missing data (a failed read, a Summary without memory PSI, garbage) is no evidence either
-way: it changes neither the state nor a window. A window survives a missed read, but it
-only spans reads that follow each other closely: when more than :attr:`PressureSettings.gap`
-seconds (2.5 read intervals, so two missed reads in a row) pass between two good reads,
-both windows start again at the later one. So a node is never marked or cleared on evidence
-that has a blind stretch in it, and one lost read does not restart a minute-long window.
+way: it changes neither the state nor a window. A window survives one missed read; two missed
+reads in a row are a blind stretch, and both windows start again at the next good read. So a
+node is never marked or cleared on evidence with a hole in it, and one lost read does not
+restart a minute-long window. What counts is reads missed, not time: a kubelet that answers
+slowly (a thrashing node's may take many seconds) still gives evidence with every answer, and
+one read per node is in flight at a time, so slow answers space the reads out without
+breaking a window.
 
 The state of a node the guard has not read yet is the mark it carries (so a new leader, or
 a restarted labeller, keeps a mark until the clear window has passed).
@@ -42,7 +44,7 @@ DEFAULT_MARK_ABOVE = 40.0  # percent, some avg10
 DEFAULT_CLEAR_BELOW = 10.0  # percent, some avg10
 DEFAULT_MARK_AFTER = 60.0  # seconds
 DEFAULT_CLEAR_AFTER = 120.0  # seconds
-GAP_INTERVALS = 2.5  # reads further apart than this many intervals restart the windows
+MISSED_READS = 2  # failed reads in a row that restart both windows
 
 
 class SummaryError(ValueError):
@@ -129,11 +131,6 @@ class PressureSettings:
             raise ValueError("--pressure-mark-after and --pressure-clear-after must not be "
                              "negative")
 
-    @property
-    def gap(self) -> float:
-        """Good reads further apart than this (seconds) do not make one window."""
-        return GAP_INTERVALS * self.interval
-
     def text(self) -> str:
         return (f"mark at some avg10 >= {_number(self.mark_above)}% for "
                 f"{_number(self.mark_after)} s, clear below {_number(self.clear_below)}% for "
@@ -168,15 +165,20 @@ class NodePressure:
         self.high_since: float | None = None  # first read of the current run >= mark_above
         self.low_since: float | None = None  # first read of the current run < clear_below
         self.read_at: float | None = None  # the last good read
+        self.misses = 0  # failed reads since the last good one
         self.last: PSI | None = None
         self.message = ""  # the annotation of the last transition made here
+
+    def missed(self) -> None:
+        """A read that failed: no evidence; the second in a row is a blind stretch."""
+        self.misses += 1
+        if self.misses >= MISSED_READS:
+            self.high_since = self.low_since = None  # start both again at the next good read
 
     def observe(self, psi: PSI, now: float, wall: dt.datetime) -> Transition | None:
         """A good read at ``now`` (monotonic seconds); the transition it completes, if any."""
         s = self.settings
-        if self.read_at is not None and now - self.read_at > s.gap:
-            self.high_since = self.low_since = None  # a blind stretch: start both again
-        self.read_at, self.last = now, psi
+        self.read_at, self.last, self.misses = now, psi, 0
         high = psi.some >= s.mark_above
         low = psi.some < s.clear_below
         self.high_since = (now if self.high_since is None else self.high_since) if high else None

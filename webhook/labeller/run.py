@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from webhook.labeller.controller import Labeller
 from webhook.labeller.health import create_app, health_server
-from webhook.labeller.kube import KubeLeaseStore, KubeNodes, make_client
+from webhook.labeller.kube import KUBELET_TIMEOUT, KubeLeaseStore, KubeNodes, make_client
 from webhook.labeller.labels import DEFAULT_LABEL, Label, Source
 from webhook.labeller.lease import Elector, Timing
 from webhook.labeller.metrics import LabellerMetrics
@@ -49,6 +49,7 @@ class LabellerOptions:
     # The memory-pressure guard (None: off); reads each swap node's Summary, needs
     # nodes/proxy get like the kubelet source.
     pressure: PressureSettings | None = None
+    kubelet_timeout: float = KUBELET_TIMEOUT  # one /configz or Summary read, seconds
     log_level: str = "info"
 
 
@@ -61,7 +62,7 @@ async def run_labeller(options: LabellerOptions, stop: asyncio.Event) -> None:
     def leading() -> bool:
         return elector is not None and elector.leading()
 
-    labeller = Labeller(KubeNodes(client), options.label, metrics, leading,
+    labeller = Labeller(KubeNodes(client, options.kubelet_timeout), options.label, metrics, leading,
                         options.resync_seconds, options.swap_behavior_source,
                         options.kubelet_config_ttl, pressure=options.pressure,
                         identity=options.identity)
