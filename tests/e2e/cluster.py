@@ -48,6 +48,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 # SWAPWISE_HELM (3 or 4), read once, where the chart tests read it; re-exported for tests/e2e.
 from tests.chart.chartlib import HELM_MAJOR as HELM_MAJOR
 from tests.chart.chartlib import HELM_NAME as HELM_NAME
+from webhook.engine.backing import PERMILLE_LABEL, node_permille
+from webhook.labeller.labels import BEHAVIOR_LABEL
 
 E2E_DIR = Path(__file__).resolve().parent
 
@@ -86,6 +88,15 @@ def k8s_version(line: str = DEFAULT_LINE) -> str:
 K8S_VERSION = k8s_version()  # e.g. v1.34.4, or v1.37.2 with SWAPWISE_K8S_VERSION=1.37
 SWAP_LABEL = "feature.node.kubernetes.io/memory-swap"
 PROFILE_LABEL = "swapwise.io/profile"
+
+
+def swap_node_labels(swap: int, memory: int) -> dict[str, str]:
+    """A swap node as a cluster with swapwise has it: NFD's swap label, the LimitedSwap its
+    admin declares (docs/labeller.md), and the swap per-mille label-nodes writes. Declared in
+    full so that any label-nodes a test runs judges it a swap node and leaves the per-mille as
+    it is (a labeller removes it from nodes it judges not to be swap nodes)."""
+    return {SWAP_LABEL: "true", BEHAVIOR_LABEL: "LimitedSwap",
+            PERMILLE_LABEL: str(node_permille(swap, memory))}
 SERVICE_CIDR = "10.96.0.0/24"
 BUILD_SCRIPT = E2E_DIR / "build-control-plane.sh"
 BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl")
@@ -1065,7 +1076,8 @@ def main() -> None:
     """`python -m tests.e2e.cluster`: a control plane with three fake nodes, until Ctrl-C."""
     with ControlPlane(ensure_binaries()) as cp:
         for name in ("swap-1", "swap-2"):
-            cp.create_node(name, "16Gi", "8", {SWAP_LABEL: "true"}, swap_capacity=32 << 30)
+            cp.create_node(name, "16Gi", "8", swap_node_labels(32 << 30, 16 << 30),
+                           swap_capacity=32 << 30)
         cp.create_node("plain-1", "16Gi", "8")
         cp.run_until_interrupted()
 

@@ -12,18 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from webhook.engine.backing import PERMILLE_LABEL, node_permille
-
 REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:  # so `tests.e2e.cluster` imports under plain `pytest` too
     sys.path.insert(0, str(REPO_ROOT))
 
 from tests.e2e.cluster import (  # noqa: E402
     DEFAULT_LINE,
-    SWAP_LABEL,
     ControlPlane,
     ensure_binaries,
     skip_unless_e2e,
+    swap_node_labels,
 )
 from tests.support.progress import uncaptured  # noqa: E402
 
@@ -34,7 +32,8 @@ PLAIN_NODES = ("plain-1",)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``line(L)`` run only in a session of line L (SWAPWISE_K8S_VERSION): they
     start that line's API server themselves, so a run over both lines takes them once."""
-    kept, dropped = [], []
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
     for item in items:
         pinned = item.get_closest_marker("line")
         (dropped if pinned is not None and pinned.args[0] != DEFAULT_LINE else kept).append(item)
@@ -55,14 +54,14 @@ def control_plane(pytestconfig: pytest.Config) -> Iterator[ControlPlane]:
 
 @pytest.fixture(scope="session")
 def standard_nodes(control_plane: ControlPlane) -> dict[str, list[str]]:
-    """Two swap nodes (NFD label, 16Gi RAM + 32Gi swap, and the swap per-mille label-nodes
-    writes: 2000) and one node without swap."""
+    """Two swap nodes (16Gi RAM + 32Gi swap, labelled in full: swap_node_labels) and one node
+    without swap."""
     for name in SWAP_NODES:
         control_plane.create_node(
             name,
             memory="16Gi",
             cpu="8",
-            labels={SWAP_LABEL: "true", PERMILLE_LABEL: str(node_permille(32 << 30, 16 << 30))},
+            labels=swap_node_labels(32 << 30, 16 << 30),
             swap_capacity=32 * 1024**3,
         )
     for name in PLAIN_NODES:
