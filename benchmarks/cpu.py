@@ -46,7 +46,7 @@ from statistics import median
 
 from benchmarks.common import machine, report
 from benchmarks.https import BASELINE_ENV, start_server, wrk
-from benchmarks.payloads import review_bytes
+from benchmarks.payloads import ADMISSION_PATH, request_bytes, review_bytes
 from tests.support.server_proc import ServerProcess, free_port
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -153,9 +153,9 @@ def server_cpu(args: argparse.Namespace, body: Path) -> list[list[str]]:
     floor = Floor(servers["swapwise"].tls.root)
     rows = []
     try:
-        targets = {name: (f"{server.url}/mutate/sandbox", pid_of(server))
+        targets = {name: (server.url + ADMISSION_PATH, pid_of(server))
                    for name, server in servers.items()}
-        targets["floor"] = (f"{floor.url}/mutate/sandbox", floor.process.pid)
+        targets["floor"] = (floor.url + ADMISSION_PATH, floor.process.pid)
         for _url, pid in targets.values():
             pin(pid, SERVER_CPU)
         if (os.cpu_count() or 1) > LOAD_CPU:
@@ -300,8 +300,7 @@ def client_admissions(url: str, ca: Path, body: bytes, count: int, connections: 
     """``count`` admissions over ``connections`` keep-alive connections, round robin."""
     context = ssl.create_default_context(cafile=str(ca))
     host, port = url.removeprefix("https://").split(":")
-    request = (b"POST /mutate/sandbox HTTP/1.1\r\nhost: swapwise\r\ncontent-type: "
-               b"application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+    request = request_bytes(body)
     conns = [context.wrap_socket(socket.create_connection((host, int(port)), timeout=120),
                                  server_hostname="localhost") for _ in range(connections)]
     try:

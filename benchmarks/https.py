@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import machine, percentile, report
-from benchmarks.payloads import POLICY_YAML, review_bytes
+from benchmarks.payloads import ADMISSION_PATH, HEADERS, POLICY_YAML, review_bytes
 from tests.support.server_proc import ServerProcess
 
 LUA = Path(__file__).with_name("wrk.lua")
@@ -70,7 +70,8 @@ def h2load(url: str, body: Path, connections: int, rate: int, seconds: float
     for log in logs:
         argv = ["h2load", "--h1", "-c", "1", "-t", "1", "--rps", f"{per_connection:g}",
                 "-D", str(max(1, round(seconds))), "--warm-up-time", "1", "-d", str(body),
-                "-H", "content-type: application/json", "--log-file", str(log), url]
+                *(arg for name, value in HEADERS for arg in ("-H", f"{name}: {value}")),
+                "--log-file", str(log), url]
         processes.append(subprocess.Popen(argv, stdout=subprocess.PIPE, text=True))
         time.sleep(random.uniform(0, 2 / per_connection / connections))
     summaries = [process.communicate()[0] for process in processes]
@@ -145,7 +146,7 @@ def main() -> None:
         server = start_server(Path(tempfile.mkdtemp(prefix="swapwise-bench-")), workers,
                               *args.server_args.split())
         try:
-            url = f"{server.url}/mutate/sandbox"
+            url = server.url + ADMISSION_PATH
             wrk(url, body, 8, 2, args.threads)  # warm up
             for connections in [int(c) for c in args.connections.split(",")]:
                 time.sleep(1)
