@@ -286,8 +286,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         limit = self.limit_concurrency  # over it, uvicorn's path answers 503
         if limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit):
             return None
-        # A plain path (no query, fragment or escapes) is the ASGI scope's path as is.
-        if not url.isascii() or b"%" in url or b"?" in url or b"#" in url:
+        # A plain path (no fragment or escapes) is the ASGI scope's path as is; the query
+        # (kube-apiserver always sends ?timeout=) is not the route's business.
+        url = url.partition(b"?")[0]
+        if not url.isascii() or b"%" in url or b"#" in url:
             return None
         length = None
         for name, value in self.headers:
