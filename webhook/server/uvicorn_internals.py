@@ -22,26 +22,6 @@ with ``limit_concurrency``, eventually push real admissions into 503s). So:
 - a connection lost with an error releases its keep-alive timer (and so its memory) at
   once; uvicorn keeps it armed for the whole keep-alive timeout.
 
-And it answers ``POST /mutate/<profile>`` with a body of at most OFFLOAD_BYTES itself, when
-the body is in (:meth:`GuardedHttpToolsProtocol.on_message_complete`): the admission's
-bytes from :meth:`Admission.respond <webhook.server.app.Admission.respond>`, the response
-in one write, the same bytes uvicorn would send. uvicorn's per-request machinery (a scope,
-a task, a RequestResponseCycle with its event, the ASGI messages) cost ~20 µs per
-admission, as much as parsing the review. Anything else (another route, a bigger or
-chunked body, ``Expect: 100-continue``, a request pipelined behind one still being
-answered, paused writing, shutdown, the concurrency limit) takes uvicorn's ASGI path.
-
-Those keep-alive answers are written once the event loop has read every connection that
-was ready (:class:`Outbox`), not one by one between admissions. Each ``write(2)`` to a
-client asleep in ``epoll_wait`` wakes it, and that wake-up (an inter-processor interrupt,
-a VM exit on a virtual machine) was ~20 µs of the server's own CPU per admission under
-load, more than parsing the review; written back to back, the client is mostly still
-awake from the first (BENCHMARKS.md). An answer waits at most for the admissions read
-with it (with one connection ready, not at all), and anything else that writes or closes
-the connection (another route's answer, a 400, 408 or 431, end of input, shutdown) sends
-what waits first, so the order on the wire is unchanged. Closing answers are written at
-once.
-
 The keep-alive timeout between requests stays uvicorn's (longer than the API server's
 90 s idle timeout, see options.py). The server owns its TLS listener (a handshake timeout),
 reports readiness and drains on SIGTERM.
@@ -53,63 +33,20 @@ import asyncio
 import socket
 import ssl
 import time
-import weakref
-from functools import cache
-from http import HTTPStatus
 from types import FrameType
-from typing import Any, ClassVar
+from typing import Any
 
 import uvicorn
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from webhook.logs import get_logger
-from webhook.server.app import OFFLOAD_BYTES, Admission, AppState, SwapwiseApp
+from webhook.server.app import AppState, SwapwiseApp
 from webhook.server.options import ServeOptions
 
 log = get_logger("server")
 
 MAX_HEADER_BYTES = 64 * 1024
 SHUTDOWN_GRACE = 1.0  # how long a connected but silent client may still send on shutdown
-ADMISSION_URL = b"/mutate/"
-
-
-@cache
-def _status_line(status: int) -> bytes:
-    return b"HTTP/1.1 %d %s\r\n" % (status, HTTPStatus(status).phrase.encode())
-
-
-class Outbox:
-    """The event loop's keep-alive admission answers not yet written: sent together once
-    the loop has handled every connection that was ready (a ``call_soon`` callback runs
-    after this pass's I/O callbacks). See the top for why."""
-
-    _of_loop: ClassVar[weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Outbox]] = (
-        weakref.WeakKeyDictionary())
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.waiting: list[GuardedHttpToolsProtocol] = []
-
-    @classmethod
-    def of(cls, loop: asyncio.AbstractEventLoop) -> Outbox:
-        outbox = cls._of_loop.get(loop)
-        if outbox is None:
-            outbox = cls._of_loop[loop] = cls(loop)
-        return outbox
-
-    def add(self, protocol: GuardedHttpToolsProtocol) -> None:
-        if not self.waiting:
-            self.loop.call_soon(self.send)
-        self.waiting.append(protocol)
-
-    def send(self) -> None:
-        waiting, self.waiting = self.waiting, []
-        for protocol in waiting:
-            try:
-                protocol.send_unsent()
-            except Exception:  # one broken connection must not keep the others' answers
-                log.exception("writing admission answers failed; connection aborted")
-                protocol.transport.abort()
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
@@ -119,13 +56,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     Waits for https://github.com/Kludex/uvicorn/issues/157 (request timeouts, header size
     limit with httptools). Uses ``cycle`` and its ``response_started``,
     ``response_complete``, ``disconnected``, ``keep_alive`` and ``message_event``, the
-    parser callbacks, ``loop``, ``transport`` and ``_unset_keepalive_if_required``; the
-    admission fast path also ``app``, ``parser``, ``url``, ``headers``, ``root_path``,
-    ``expect_100_continue``, ``pipeline``, ``flow``, ``limit_concurrency``,
-    ``connections``, ``tasks``, ``server_state.default_headers`` and
-    ``on_response_complete``; the Outbox also ``eof_received``, ``send_400_response``,
-    ``handle_websocket_upgrade`` and ``timeout_keep_alive_handler``, to send what waits
-    before uvicorn writes or closes.
+    parser callbacks, ``loop``, ``transport`` and ``_unset_keepalive_if_required``.
     """
 
     request_timeout: float = ServeOptions.request_timeout
@@ -141,16 +72,6 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._header_bytes = 0
         self._requests = 0
         self._shutting_down = False
-        app = self.app
-        self._admission: Admission | None = (
-            app.endpoint if isinstance(app, SwapwiseApp) and not self.root_path else None)
-        # The admission being received on the fast path: its profile, body and keep-alive.
-        self._fast_profile: str | None = None
-        self._fast_body: list[bytes] = []
-        self._fast_keep_alive = True
-        self._discarding = False  # a request pipelined behind a fast answer that closed
-        self._unsent: list[bytes] = []  # keep-alive answers waiting for the Outbox
-        self._outbox = Outbox.of(self.loop)
 
     # -- timers
 
@@ -167,10 +88,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._request_timer = None
         if self.transport.is_closing():
             return
-        self.send_unsent()
-        cycle = self._cycle_pending()
-        if self._in_headers or (self._in_body and self._fast_profile is not None) \
-                or (self._in_body and cycle is not None and not cycle.response_started):
+        cycle = self.cycle
+        if self._in_headers or (self._in_body and cycle is not None
+                                and not cycle.response_started):
             self._reject(408, b"request not received in time")
         else:
             self.transport.close()  # connected but never sent a request, or answered early
@@ -178,13 +98,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             cycle.disconnected = True  # the app waiting for the body sees a disconnect
             cycle.message_event.set()
 
-    def _cycle_pending(self) -> RequestResponseCycle | None:
-        """uvicorn's cycle for the request being received, if it has one (the fast path
-        leaves the last one, already answered, in ``cycle``)."""
-        return None if self._fast_profile is not None else self.cycle
-
     def _reject(self, status: int, message: bytes) -> None:
-        self.send_unsent()
         reason = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}[status]
         self.transport.write(
             b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\n"
@@ -201,7 +115,6 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_request_timer()
-        self._unsent.clear()
         if self._write_timer is not None:
             self._write_timer.cancel()
             self._write_timer = None
@@ -214,37 +127,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._unset_keepalive_if_required()
 
     def data_received(self, data: bytes) -> None:
-        counting = self._in_headers or (self._fast_profile is None and (
-            self.cycle is None or self.cycle.response_complete))
+        counting = self._in_headers or self.cycle is None or self.cycle.response_complete
         if counting:
             self._header_bytes += len(data)
         super().data_received(data)
         if self._in_headers and self._header_bytes > self.max_header_bytes \
                 and not self.transport.is_closing():
             self._reject(431, b"request headers too large")
-
-    def send_400_response(self, msg: str) -> None:
-        # Older uvicorn (0.30.0) has httptools refuse data after a request with Connection:
-        # close (newer ones set it lenient): when the fast path has answered that request
-        # and closed, the connection has nothing more to say.
-        if self.transport.is_closing():
-            return
-        self.send_unsent()
-        super().send_400_response(msg)
-
-    def handle_websocket_upgrade(self) -> None:
-        self.send_unsent()  # the connection is handed to another protocol
-        super().handle_websocket_upgrade()
-
-    def eof_received(self) -> None:
-        # The client sent its last request and shut down its side; the transport closes
-        # when this returns (uvicorn's returns None): what waits goes out first.
-        self.send_unsent()
-        super().eof_received()
-
-    def timeout_keep_alive_handler(self) -> None:
-        self.send_unsent()
-        super().timeout_keep_alive_handler()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -257,104 +146,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._in_body = True
         self._header_bytes = 0
         self._requests += 1
-        if self.transport.is_closing():
-            # Pipelined behind a fast answer with Connection: close, in the same read:
-            # not answered, as uvicorn leaves such requests queued behind its cycle.
-            self._discarding = True
-            return
-        profile = self._fast_admission()
-        if profile is not None:
-            self._fast_profile = profile
-            self._fast_keep_alive = self.parser.should_keep_alive()
-            return
-        # uvicorn's cycle writes from a task, which the Outbox's callback precedes; sent
-        # here so that the order on the wire does not rest on that.
-        self.send_unsent()
         super().on_headers_complete()
         if self._shutting_down and self.cycle is not None:
             self.cycle.keep_alive = False
 
-    def _fast_admission(self) -> str | None:
-        """The profile, if this request is an admission the fast path answers (see the top)."""
-        url = self.url
-        if self._admission is None or not url.startswith(ADMISSION_URL) \
-                or self.parser.get_method() != b"POST" or self.expect_100_continue \
-                or self.parser.get_http_version() != "1.1" or self.parser.should_upgrade() \
-                or self._shutting_down or self.pipeline or self.flow.write_paused \
-                or (self.cycle is not None and not self.cycle.response_complete):
-            return None
-        limit = self.limit_concurrency  # over it, uvicorn's path answers 503
-        if limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit):
-            return None
-        # A plain path (no fragment or escapes) is the ASGI scope's path as is; the query
-        # (kube-apiserver always sends ?timeout=) is not the route's business.
-        url = url.partition(b"?")[0]
-        if not url.isascii() or b"%" in url or b"#" in url:
-            return None
-        length = None
-        for name, value in self.headers:
-            if name == b"content-length" and length is None and value.isdigit():
-                length = int(value)
-            elif name in (b"content-length", b"transfer-encoding"):
-                return None
-        if length is None or length > OFFLOAD_BYTES:
-            return None
-        return SwapwiseApp.admission_profile(url.decode())
-
-    def on_body(self, body: bytes) -> None:
-        if self._fast_profile is not None:
-            self._fast_body.append(body)
-        elif not self._discarding:
-            super().on_body(body)
-
     def on_message_complete(self) -> None:
         self._in_body = False
         self._cancel_request_timer()
-        if self._fast_profile is not None:
-            self._answer_fast(self._fast_profile)
-        elif not self._discarding:
-            super().on_message_complete()
-
-    def _answer_fast(self, profile: str) -> None:
-        """Answer the admission just received, as uvicorn's cycle would write it."""
-        chunks, self._fast_body = self._fast_body, []
-        self._fast_profile = None
-        assert self._admission is not None
-        try:
-            status, content = self._admission.respond(
-                profile, chunks[0] if len(chunks) == 1 else b"".join(chunks))
-        except Exception as exc:  # as uvicorn does for an app that raises
-            self.logger.error("Exception in ASGI application\n", exc_info=exc)
-            status, content = 500, b"Internal Server Error"
-            head = b"content-type: text/plain; charset=utf-8\r\n"
-            close = True
-        else:
-            head = b"content-type: application/json\r\n"
-            close = not self._fast_keep_alive or self._shutting_down \
-                or self._admission.state.draining  # Admission.__call__'s lame duck
-        response = [_status_line(status)]
-        for name, value in self.server_state.default_headers:
-            response += [name, b": ", value, b"\r\n"]
-        response += [head, b"content-length: %d\r\n" % len(content),
-                     b"connection: close\r\n\r\n" if close else b"\r\n", content]
-        if close:
-            self.send_unsent()
-            self.transport.write(b"".join(response))
-            self.transport.close()
-        else:
-            if not self._unsent:
-                self._outbox.add(self)
-            self._unsent.append(b"".join(response))
-        self.on_response_complete()
-
-    def send_unsent(self) -> None:
-        """Write the keep-alive answers waiting for the :class:`Outbox`, in order."""
-        if not self._unsent:
-            return
-        data = self._unsent[0] if len(self._unsent) == 1 else b"".join(self._unsent)
-        self._unsent.clear()
-        if not self.transport.is_closing():
-            self.transport.write(data)
+        super().on_message_complete()
 
     def pause_writing(self) -> None:
         super().pause_writing()
@@ -369,16 +168,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def _write_stalled(self) -> None:
         self._write_timer = None
-        self._unsent.clear()
         self.transport.abort()  # a client that does not read its answers is gone
 
     def shutdown(self) -> None:
         """Graceful shutdown: finish what was started, close what is idle (uvicorn closes a
         connection whose request is still arriving; no uvicorn issue for it found)."""
         self._shutting_down = True
-        self.send_unsent()
         if self._in_headers or self._in_body:
-            cycle = self._cycle_pending()
+            cycle = self.cycle
             if cycle is not None and not cycle.response_complete:
                 cycle.keep_alive = False  # answer the request being received, then close
             return  # a request still arriving: answered with Connection: close
@@ -390,7 +187,6 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().shutdown()
 
     def _close_if_idle(self) -> None:
-        self.send_unsent()
         if not (self._in_headers or self._in_body) \
                 and (self.cycle is None or self.cycle.response_complete):
             self.transport.close()
