@@ -256,7 +256,7 @@ class Api:
 def register(cp: ControlPlane, target: Target, ca_bundle: bytes) -> None:
     """One webhook for ``target``'s namespace only, as the chart's entry but by URL."""
     config = webhook_configuration(f"https://127.0.0.1:{target.port}", ca_bundle, ["sandbox"],
-                                   failure_policy="Fail", name=f"bench-{target.name}",
+                                   failure_policy="Fail", name=target.namespace,
                                    timeout_seconds=10)
     config["webhooks"][0]["name"] = f"{target.namespace}.swapwise.io"
     config["webhooks"][0]["namespaceSelector"] = {"matchLabels": {
