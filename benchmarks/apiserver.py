@@ -109,6 +109,7 @@ class Target:
     pid: int
     port: int
     namespace: str
+    ca: bytes  # the CA that signed its serving certificate
     policy_dir: Path | None = None  # swapwise: the mounted policy directory
     server: ServerProcess | None = None
 
@@ -253,9 +254,9 @@ class Api:
             items[0]["metadata"].get("annotations") or {})
 
 
-def register(cp: ControlPlane, target: Target, ca_bundle: bytes) -> None:
+def register(cp: ControlPlane, target: Target) -> None:
     """One webhook for ``target``'s namespace only, as the chart's entry but by URL."""
-    config = webhook_configuration(f"https://127.0.0.1:{target.port}", ca_bundle, ["sandbox"],
+    config = webhook_configuration(f"https://127.0.0.1:{target.port}", target.ca, ["sandbox"],
                                    failure_policy="Fail", name=target.namespace,
                                    timeout_seconds=10)
     config["webhooks"][0]["name"] = f"{target.namespace}.swapwise.io"
@@ -357,17 +358,17 @@ def headline(args: argparse.Namespace) -> None:
         first = next(iter(servers.values()))
         floor = Floor(first.tls.root)
         targets = [Target(name, server.process.pid, server.port,  # type: ignore[union-attr]
-                          f"bench-{index}", server.policy.root if server.policy else None,
-                          server)
+                          f"bench-{index}", server.ca_file().read_bytes(),
+                          server.policy.root if server.policy else None, server)
                    for index, (name, server) in enumerate(servers.items())]
-        targets.append(Target("floor", floor.process.pid, floor.port, "bench-floor"))
-        ca = first.ca_file().read_bytes()
+        targets.append(Target("floor", floor.process.pid, floor.port, "bench-floor",
+                              first.ca_file().read_bytes()))
         with ControlPlane(binaries, apiserver=apiserver) as cp:
             api_pid = next(c.proc.pid for c in cp.components  # type: ignore[union-attr]
                            if c.name == "kube-apiserver")
             for target in targets:
                 cp.create_namespace(target.namespace)
-                register(cp, target, ca)
+                register(cp, target)
             api = Api(cp)
             for target in targets:  # until each webhook is called (informers), then warm
                 deadline = time.monotonic() + 60
