@@ -617,6 +617,8 @@ def main() -> None:
     parser.add_argument("--k8s", default=DEFAULT_LINE,
                         help=f"Kubernetes line of the API server (default {DEFAULT_LINE})")
     args = parser.parse_args()
+    # A background job ignores SIGINT: let SIGTERM stop the servers and the control plane.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     missing = missing_binaries(bin_dir(DEFAULT_LINE), BINARIES)
     if missing or not (bin_dir(args.k8s) / "kube-apiserver").exists():
         raise SystemExit(f"control plane binaries missing ({', '.join(missing) or args.k8s}):"

@@ -101,7 +101,8 @@ BASELINE_ENV = "SWAPWISE_BENCH_SRC"
 
 
 def start_server(workdir: Path, workers: int, *extra: str) -> ServerProcess:
-    """``swapwise serve``; with $SWAPWISE_BENCH_SRC, the one from that source tree.
+    """``swapwise serve``, its log lines going into a pipe read by this process (as a
+    container runtime reads them); with $SWAPWISE_BENCH_SRC, the one from that source tree.
 
     The baseline mode measures an older checkout (``git archive <rev> webhook | tar -x``)
     for before/after figures; it only passes options every version has.
@@ -112,9 +113,11 @@ def start_server(workdir: Path, workers: int, *extra: str) -> ServerProcess:
         launcher = (f"import sys; sys.path.insert(0, {baseline!r}); "
                     "from webhook.cli import main; sys.exit(main())")
         server.args[0:1] = [sys.executable, "-c", launcher]
-        return server.start()
-    return ServerProcess(workdir, POLICY_YAML, "--workers", str(workers),
-                         "--drain-seconds", "0", *extra).start()
+    else:
+        server = ServerProcess(workdir, POLICY_YAML, "--workers", str(workers),
+                               "--drain-seconds", "0", *extra)
+    server.pipe_logs = True  # log lines into a pipe, as in a container
+    return server.start()
 
 
 def row(workers: int, connections: int, r: dict[str, Any], shape: str = "closed") -> list[str]:
