@@ -15,7 +15,25 @@ with ``limit_concurrency``, eventually push real admissions into 503s). So:
 - a request timeout from connection (or from the first byte of a request) until the
   whole request, headers and body, is in: slowloris, trickled bodies and silent
   connections are answered 408 and closed (the app itself then never waits on a body);
-- a cap on the size of the request line and headers (431 and close);
+- a cap on the size of the request line and headers (431 and close), counted by the
+  parser's callbacks, so it holds however the bytes are split into reads (it was checked
+  only across reads: a 66,000-byte request line in one write was served);
+- a bounded queue per connection: while a request waits behind the one being answered
+  (pipelining), the connection is not read. uvicorn pauses reading when it queues a
+  pipelined request but resumes it as soon as the next one starts (its ``receive``), so
+  a client that pipelines and never reads its answers made the queue grow without bound.
+  Now a connection holds at most what one read brought in, plus the answer being written
+  (a write that stalls is cut by the write timeout);
+- a bounded slice: each request is a task of its own, its body parsed with the garbage
+  collector paused (app.py), and a review over 256 KiB is decided in another process, so
+  one connection's queue holds the loop for one request at a time while others wait;
+- idle connections make room: at ``--max-connections`` uvicorn answers every new request
+  503, so idle keep-alive connections (any client can open a thousand) could lock out the
+  API server and the kubelet's probes, and get the pod restarted. A request that arrives
+  at the limit now closes the connections idle the longest first (no request in progress,
+  oldest idle first) and is served; only a server whose every connection is busy answers
+  503. (The API server keeps at most ~25 idle connections per replica; the kubelet's
+  probes open a new connection each time.)
 - a write-stall timeout: a client that has not read its response for that long is cut;
 - on graceful shutdown, a request already being received is answered (with
   ``Connection: close``) instead of dropped with its connection;
@@ -30,6 +48,7 @@ reports readiness and drains on SIGTERM.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import socket
 import ssl
 import time
@@ -37,6 +56,7 @@ from types import FrameType
 from typing import Any
 
 import uvicorn
+from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from webhook.logs import get_logger
@@ -49,6 +69,25 @@ MAX_HEADER_BYTES = 64 * 1024
 SHUTDOWN_GRACE = 1.0  # how long a connected but silent client may still send on shutdown
 
 
+class _HeadersTooLarge(Exception):
+    """Raised from a parser callback: stops httptools in the middle of a read."""
+
+
+class BoundedFlow(FlowControl):
+    """uvicorn's flow control, except that reading stays paused while a request waits in
+    the connection's queue (see the top)."""
+
+    def __init__(self, transport: asyncio.Transport, protocol: GuardedHttpToolsProtocol
+                 ) -> None:
+        super().__init__(transport)
+        self._protocol = protocol
+
+    def resume_reading(self) -> None:
+        if self._protocol.pipeline:
+            return  # answered in turn; reading resumes when the queue is empty
+        super().resume_reading()
+
+
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol plus the guards above; a subclass per server carries
     that server's limits (:func:`protocol_class`).
@@ -56,7 +95,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     Waits for https://github.com/Kludex/uvicorn/issues/157 (request timeouts, header size
     limit with httptools). Uses ``cycle`` and its ``response_started``,
     ``response_complete``, ``disconnected``, ``keep_alive`` and ``message_event``, the
-    parser callbacks, ``loop``, ``transport`` and ``_unset_keepalive_if_required``.
+    parser callbacks, ``loop``, ``transport`` and ``_unset_keepalive_if_required``; the
+    queue bound ``flow`` (uvicorn's FlowControl, subclassed) and ``pipeline``; making room
+    ``connections``, ``tasks`` and ``limit_concurrency`` (the limit uvicorn checks in
+    ``on_headers_complete``).
     """
 
     request_timeout: float = ServeOptions.request_timeout
@@ -69,9 +111,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._write_timer: asyncio.TimerHandle | None = None
         self._in_headers = False  # between the first byte of a request and its headers' end
         self._in_body = False  # between the end of the headers and the end of the body
-        self._header_bytes = 0
+        self._header_bytes = 0  # raw bytes of the request's head, across reads
+        self._head_fields = 0  # its request target and header fields, from the parser
         self._requests = 0
         self._shutting_down = False
+        self._idle_since = time.monotonic()  # when the last request was answered
 
     # -- timers
 
@@ -111,6 +155,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self.flow = BoundedFlow(transport, self)
         self._arm_request_timer()  # the first request must start and finish its headers in time
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -135,17 +180,42 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 and not self.transport.is_closing():
             self._reject(431, b"request headers too large")
 
+    def send_400_response(self, msg: str) -> None:
+        if self.transport.is_closing():
+            return
+        if self._head_fields > self.max_header_bytes:  # the parser stopped on our signal
+            self._reject(431, b"request headers too large")
+            return
+        super().send_400_response(msg)
+
+    def _count_head(self, size: int) -> None:
+        self._head_fields += size
+        if self._head_fields > self.max_header_bytes:
+            raise _HeadersTooLarge  # httptools stops here; uvicorn answers via send_400
+
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._in_headers = True
+        self._head_fields = 0
         if self._request_timer is None:
             self._arm_request_timer()
+
+    def on_url(self, url: bytes) -> None:
+        self._count_head(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count_head(len(name) + len(value) + 4)  # ": " and CRLF
+        super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
         self._in_headers = False
         self._in_body = True
         self._header_bytes = 0
         self._requests += 1
+        limit = self.limit_concurrency
+        if limit is not None and len(self.connections) >= limit:
+            self._make_room(len(self.connections) - limit + 1)
         super().on_headers_complete()
         if self._shutting_down and self.cycle is not None:
             self.cycle.keep_alive = False
@@ -154,6 +224,24 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._in_body = False
         self._cancel_request_timer()
         super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        self._idle_since = time.monotonic()
+        super().on_response_complete()
+
+    def _idle(self) -> bool:
+        """No request in progress or queued: closing loses nothing."""
+        cycle = self.cycle
+        return not (self._in_headers or self._in_body or self.pipeline) \
+            and (cycle is None or cycle.response_complete) and not self.transport.is_closing()
+
+    def _make_room(self, needed: int) -> None:
+        """Close the ``needed`` connections idle the longest (see the top)."""
+        idle = [c for c in self.connections
+                if c is not self and isinstance(c, GuardedHttpToolsProtocol) and c._idle()]
+        for connection in heapq.nsmallest(needed, idle, key=lambda c: c._idle_since):
+            self.connections.discard(connection)
+            connection.transport.close()
 
     def pause_writing(self) -> None:
         super().pause_writing()
