@@ -1,16 +1,19 @@
-"""Server CPU per admission, as a ratio to the leanest Python server, and the decision
-function as a ratio to bare JSON.
+"""Server CPU per admission under wrk, as a ratio to a no-op webhook on the same stack,
+and the decision function as a ratio to bare JSON.
 
     python -m benchmarks.cpu [--duration 5] [--rounds 3] [--connections 32] [--callgrind]
                              [--compare DIR ...] [--server-args '...']
 
 Absolute times on a shared 2-core machine move from run to run; ratios measured in the
-same run move far less, so these are the headline figures of BENCHMARKS.md:
+same run move far less, so these are ratios (BENCHMARKS.md; its headline is the run
+behind kube-apiserver, benchmarks/apiserver.py, and this is its secondary figure):
 
-- **server CPU per admission**: a real ``swapwise serve`` (one process, logging its JSON
-  line per admission to a file) and the no-op floor server of benchmarks/floor.py
-  (uvloop + TLS, no framework, answers "allowed" without parsing), each pinned to CPU 0
-  and driven by wrk pinned to CPU 1 over the same keep-alive HTTPS connections. The figure
+- **server CPU per admission**: a real ``swapwise serve`` (one process, its JSON line per
+  admission going into a pipe this process reads) and the no-op floor webhook of
+  benchmarks/floor.py (uvicorn + uvloop + httptools over TLS, a bare ASGI app that answers
+  "allowed" without parsing), each pinned to CPU 0 and driven by wrk pinned to CPU 1 over
+  the same keep-alive HTTPS connections, with kube-apiserver's request
+  (``POST /mutate/sandbox?timeout=10s``, its headers, its review). The figure
   is the server process's own CPU time (utime + stime of all its threads, from
   /proc/<pid>/stat) over the run, divided by the admissions answered: not wall time, so
   it does not depend on how busy the machine was, only on what the server did. Rounds

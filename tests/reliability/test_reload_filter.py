@@ -15,6 +15,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.reliability.support import Server
@@ -126,3 +127,19 @@ def test_a_server_beside_a_busy_file_stays_idle_and_still_reloads(tmp_path: Path
         assert server.metric("swapwise_policy_reloads_total", result="success") == 1
     finally:
         server.stop()
+
+
+def test_without_inotify_the_files_are_polled(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where inotify is missing (not Linux), a change is still seen, by polling."""
+
+    def no_inotify(*_args: object) -> None:
+        raise OSError("no inotify here")
+
+    monkeypatch.setattr(reload._Inotify, "__init__", no_inotify)
+    target = tmp_path / "policy.yaml"
+    target.write_bytes(b"one")
+    with Watching([target]) as watching:
+        calls = watching.calls
+        target.write_bytes(b"two")
+        assert wait_until(lambda: watching.calls > calls, 10)
