@@ -10,14 +10,15 @@ calls ``swapwise serve`` (its policy and certificate mounted as the chart mounts
 ConfigMap/Secret volumes with the kubelet's ``..data`` symlink, tests/support/server_proc.py)
 and the floor webhook (benchmarks/floor.py: uvicorn + uvloop, no-op) for a namespace each,
 ``failurePolicy: Fail`` and ``timeoutSeconds: 10``, so every create is exactly one call,
-``POST /mutate/sandbox?timeout=10s``. N concurrent creators (threads, one keep-alive
-connection each) create the 4-container pod (with a scheduling gate: stored, never
-scheduled) in one namespace at a time, a burst of ``--pods``; bursts alternate between the
-servers, round after round, the pods deleted after each. Per burst and server:
+``POST /mutate/sandbox?timeout=10s``. In each namespace N concurrent creators (threads,
+one keep-alive connection each) create the 4-container pod (with a scheduling gate:
+stored, never scheduled), a burst of ``--pods``; the bursts of all servers run at the same
+time (``--apart``: one after the other), round after round, the pods deleted after each,
+so every server sees the same moments of a shared machine. Per burst and server:
 
 - server CPU per admission: the time every thread of the process ran during the burst
   (/proc/<pid>/task/*/schedstat) ÷ admissions; the ratio swapwise ÷ floor is taken per
-  round, so both sides of a ratio ran minutes apart at most, behind the same API server;
+  round, behind the same API server, over the same seconds;
 - TLS handshakes per admission: new client connections to the server's port during the
   burst (every connection seen in /proc/net/tcp, including TIME_WAIT, which outlives the
   burst), and the most open at once;
@@ -342,6 +343,26 @@ def run_burst(api: Api, target: Target, pods: int, creators: int, apiserver_pid:
                  sorted(latencies), pods / seconds, api_cpu / pods * 1e6)
 
 
+def together(api: Api, targets: list[Target], pods: int, creators: int, apiserver_pid: int,
+             noisy: bool) -> list[Burst]:
+    """One burst per target, all at the same time (each with its own ``creators``): every
+    server runs through the same moments of a busy machine, so the ratios between them
+    move far less than between bursts run one after the other."""
+    bursts: list[Burst | None] = [None] * len(targets)
+
+    def run(index: int) -> None:
+        bursts[index] = run_burst(api, targets[index], pods, creators, apiserver_pid, noisy)
+
+    threads = [threading.Thread(target=run, args=(index,)) for index in range(len(targets))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if None in bursts:
+        raise SystemExit("a burst failed (see above)")
+    return [burst for burst in bursts if burst is not None]
+
+
 def headline(args: argparse.Namespace) -> None:
     binaries = bin_dir(DEFAULT_LINE)
     apiserver = bin_dir(args.k8s) / "kube-apiserver"
@@ -384,9 +405,13 @@ def headline(args: argparse.Namespace) -> None:
             for creators in args.creators:
                 for round_ in range(args.rounds):
                     order = targets[round_ % len(targets):] + targets[:round_ % len(targets)]
-                    for target in order:
-                        burst = run_burst(api, target, args.pods, creators, api_pid,
+                    if args.apart:
+                        bursts = [run_burst(api, target, args.pods, creators, api_pid,
+                                            args.noisy) for target in order]
+                    else:
+                        bursts = together(api, order, args.pods, creators, api_pid,
                                           args.noisy)
+                    for target, burst in zip(order, bursts, strict=True):
                         results.setdefault((creators, target.name), []).append(burst)
                         print(f"   {creators} creators, {target.name}: {burst.cpu_us:.0f} µs "
                               f"CPU/admission, {burst.handshakes:.3f} handshakes/admission "
@@ -426,7 +451,8 @@ def headline(args: argparse.Namespace) -> None:
                 f"{median(b.switches for b in runs):.2f}",
                 f"{percentile(latencies, 50):.1f}", f"{percentile(latencies, 99):.1f}",
                 f"{median(b.rate for b in runs):.0f}",
-                f"{median(b.apiserver_us for b in runs):.0f}"])
+                # With the bursts together, the API server's CPU is every namespace's.
+                f"{median(b.apiserver_us for b in runs):.0f}" if args.apart else "-"])
         report(f"{creators} concurrent creators behind kube-apiserver {args.k8s}", rows,
                ["server", "µs CPU/admission (range)", "÷ floor (range)",
                 "handshakes/admission", "most open", "switches/admission", "p50 ms",
@@ -607,6 +633,8 @@ def main() -> None:
     parser.add_argument("--creators", default="16,64",
                         help="concurrent creators, comma-separated (default 16,64)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--apart", action="store_true",
+                        help="each server's burst after the other's (default: all at once)")
     parser.add_argument("--compare", metavar="DIR", action="append", default=[],
                         help="also measure the server of another source tree; repeatable")
     parser.add_argument("--noisy", action="store_true",
