@@ -453,6 +453,13 @@ def headline(args: argparse.Namespace) -> None:
                 f"{median(b.rate for b in runs):.0f}",
                 # With the bursts together, the API server's CPU is every namespace's.
                 f"{median(b.apiserver_us for b in runs):.0f}" if args.apart else "-"])
+        first = results[(creators, targets[0].name)]
+        for target in targets[1:-1]:  # another tree's swapwise against this one, per round
+            ratios = [a.cpu_us / b.cpu_us
+                      for a, b in zip(first, results[(creators, target.name)], strict=True)]
+            rows.append([f"{targets[0].name} ÷ {target.name}",
+                         f"{median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})",
+                         "", "", "", "", "", "", "", ""])
         report(f"{creators} concurrent creators behind kube-apiserver {args.k8s}", rows,
                ["server", "µs CPU/admission (range)", "÷ floor (range)",
                 "handshakes/admission", "most open", "switches/admission", "p50 ms",
