@@ -8,9 +8,10 @@ the admission decision itself (see BENCHMARKS.md). The routes are one table, Fas
 the admission route's endpoint is that handler, and :class:`SwapwiseApp` hands a request
 that route matches straight to it, past the middleware stack. So no middleware may exist
 (it would never see an admission): :class:`SwapwiseApp` refuses an app that has any.
-Every request, admissions included, takes uvicorn's one path (an ASGI cycle); the
-connection protocol only guards it (uvicorn_internals.py). Whatever the input, the answer
-is a 2xx or a 4xx, never a 5xx.
+In the server, the connection protocol goes further for an admission of at most
+OFFLOAD_BYTES: it answers with :meth:`Admission.respond`, without an ASGI request at all
+(uvicorn_internals.py; measured behind kube-apiserver, BENCHMARKS.md). Whatever the
+input, the answer is a 2xx or a 4xx, never a 5xx.
 """
 
 from __future__ import annotations
@@ -274,6 +275,14 @@ class Admission:
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": content})
 
+    def respond(self, profile: str, body: bytes) -> tuple[int, bytes]:
+        """What :meth:`__call__` sends for a body of at most OFFLOAD_BYTES, already read:
+        the connection protocol answers most admissions with this, without an ASGI cycle
+        (uvicorn_internals.py)."""
+        started = time.perf_counter()
+        policy, label = self.policy_for(profile)
+        return self.record(profile, label, evaluate(body, profile, policy), started)
+
     async def answer(self, body: bytes, profile: str, policy: Policy) -> Answer:
         """Evaluate on the event loop, or in the large-review process for a big body."""
         if len(body) <= OFFLOAD_BYTES:
@@ -332,6 +341,7 @@ class SwapwiseApp:
         assert isinstance(admission.endpoint, Admission)
         self.fastapi = fastapi
         self.admission = admission
+        self.endpoint = admission.endpoint  # for the connection protocol's fast path
 
     @staticmethod
     def admission_profile(path: str) -> str | None:

@@ -24,9 +24,10 @@ with ``limit_concurrency``, eventually push real admissions into 503s). So:
   a client that pipelines and never reads its answers made the queue grow without bound.
   Now a connection holds at most what one read brought in, plus the answer being written
   (a write that stalls is cut by the write timeout);
-- a bounded slice: each request is a task of its own, its body parsed with the garbage
-  collector paused (app.py), and a review over 256 KiB is decided in another process, so
-  one connection's queue holds the loop for one request at a time while others wait;
+- a bounded slice: a review over 64 KiB is decided in another process and every body is
+  parsed with the garbage collector paused (app.py), and a read answers at most one
+  admission itself (below): what else it brought waits in uvicorn's queue, one task per
+  request, so one connection holds the loop for one request at a time while others wait;
 - idle connections make room: at ``--max-connections`` uvicorn answers every new request
   503, so idle keep-alive connections (any client can open a thousand) could lock out the
   API server and the kubelet's probes, and get the pod restarted. A request that arrives
@@ -40,6 +41,18 @@ with ``limit_concurrency``, eventually push real admissions into 503s). So:
 - a connection lost with an error releases its keep-alive timer (and so its memory) at
   once; uvicorn keeps it armed for the whole keep-alive timeout.
 
+And it answers ``POST /mutate/<profile>`` (kube-apiserver's ``?timeout=`` query and all)
+with a body of at most OFFLOAD_BYTES itself, when the body is in
+(:meth:`GuardedHttpToolsProtocol.on_message_complete`): the admission's bytes from
+:meth:`Admission.respond <webhook.server.app.Admission.respond>`, the response in one
+write, the same bytes uvicorn would send. uvicorn's per-request machinery (a scope, a task,
+a RequestResponseCycle with its event, the ASGI messages) cost 12 % of the server's CPU per
+admission behind kube-apiserver (BENCHMARKS.md, "One server path"). Anything else (another
+route, a bigger or chunked body, ``Expect: 100-continue``, a second request in the same
+read, a request pipelined behind one still being answered, paused writing, shutdown, the
+concurrency limit) takes uvicorn's path. (The Outbox that once delayed these writes to the
+end of the loop's pass went: behind the API server it cost 3 %.)
+
 The keep-alive timeout between requests stays uvicorn's (longer than the API server's
 90 s idle timeout, see options.py). The server owns its TLS listener (a handshake timeout),
 reports readiness and drains on SIGTERM.
@@ -52,21 +65,29 @@ import heapq
 import socket
 import ssl
 import time
+from functools import cache
+from http import HTTPStatus
 from types import FrameType
 from typing import Any
 
 import uvicorn
 from uvicorn.protocols.http.flow_control import FlowControl
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from webhook.logs import get_logger
-from webhook.server.app import AppState, SwapwiseApp
+from webhook.server.app import OFFLOAD_BYTES, Admission, AppState, SwapwiseApp
 from webhook.server.options import ServeOptions
 
 log = get_logger("server")
 
 MAX_HEADER_BYTES = 64 * 1024
 SHUTDOWN_GRACE = 1.0  # how long a connected but silent client may still send on shutdown
+ADMISSION_URL = b"/mutate/"
+
+
+@cache
+def _status_line(status: int) -> bytes:
+    return b"HTTP/1.1 %d %s\r\n" % (status, HTTPStatus(status).phrase.encode())
 
 
 class _HeadersTooLarge(Exception):
@@ -98,7 +119,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     parser callbacks, ``loop``, ``transport`` and ``_unset_keepalive_if_required``; the
     queue bound ``flow`` (uvicorn's FlowControl, subclassed) and ``pipeline``; making room
     ``connections``, ``tasks`` and ``limit_concurrency`` (the limit uvicorn checks in
-    ``on_headers_complete``).
+    ``on_headers_complete``); the admission fast path also ``app``, ``parser``, ``url``,
+    ``headers``, ``root_path``, ``expect_100_continue``, ``server_state.default_headers``,
+    ``logger`` and ``on_response_complete``.
     """
 
     request_timeout: float = ServeOptions.request_timeout
@@ -116,6 +139,15 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._requests = 0
         self._shutting_down = False
         self._idle_since = time.monotonic()  # when the last request was answered
+        app = self.app
+        self._admission: Admission | None = (
+            app.endpoint if isinstance(app, SwapwiseApp) and not self.root_path else None)
+        # The admission being received on the fast path: its profile, body and keep-alive.
+        self._fast_profile: str | None = None
+        self._fast_body: list[bytes] = []
+        self._fast_keep_alive = True
+        self._fast_in_read = False  # this read already had its admission answered fast
+        self._discarding = False  # a request pipelined behind a fast answer that closed
 
     # -- timers
 
@@ -132,15 +164,20 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._request_timer = None
         if self.transport.is_closing():
             return
-        cycle = self.cycle
-        if self._in_headers or (self._in_body and cycle is not None
-                                and not cycle.response_started):
+        cycle = self._cycle_pending()
+        if self._in_headers or (self._in_body and self._fast_profile is not None) \
+                or (self._in_body and cycle is not None and not cycle.response_started):
             self._reject(408, b"request not received in time")
         else:
             self.transport.close()  # connected but never sent a request, or answered early
         if cycle is not None and not cycle.response_complete:
             cycle.disconnected = True  # the app waiting for the body sees a disconnect
             cycle.message_event.set()
+
+    def _cycle_pending(self) -> RequestResponseCycle | None:
+        """uvicorn's cycle for the request being received, if it has one (the fast path
+        leaves the last one, already answered, in ``cycle``)."""
+        return None if self._fast_profile is not None else self.cycle
 
     def _reject(self, status: int, message: bytes) -> None:
         reason = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}[status]
@@ -172,9 +209,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._unset_keepalive_if_required()
 
     def data_received(self, data: bytes) -> None:
-        counting = self._in_headers or self.cycle is None or self.cycle.response_complete
+        counting = self._in_headers or (self._fast_profile is None and (
+            self.cycle is None or self.cycle.response_complete))
         if counting:
             self._header_bytes += len(data)
+        self._fast_in_read = False
         super().data_received(data)
         if self._in_headers and self._header_bytes > self.max_header_bytes \
                 and not self.transport.is_closing():
@@ -213,17 +252,92 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._in_body = True
         self._header_bytes = 0
         self._requests += 1
+        if self.transport.is_closing():
+            # Pipelined behind a fast answer with Connection: close, in the same read:
+            # not answered, as uvicorn leaves such requests queued behind its cycle.
+            self._discarding = True
+            return
         limit = self.limit_concurrency
         if limit is not None and len(self.connections) >= limit:
             self._make_room(len(self.connections) - limit + 1)
+        profile = self._fast_admission()
+        if profile is not None:
+            self._fast_profile = profile
+            self._fast_keep_alive = self.parser.should_keep_alive()
+            return
         super().on_headers_complete()
         if self._shutting_down and self.cycle is not None:
             self.cycle.keep_alive = False
 
+    def _fast_admission(self) -> str | None:
+        """The profile, if this request is an admission the fast path answers (see the top)."""
+        url = self.url
+        if self._admission is None or not url.startswith(ADMISSION_URL) \
+                or self._fast_in_read or self.parser.get_method() != b"POST" \
+                or self.expect_100_continue or self.parser.get_http_version() != "1.1" \
+                or self.parser.should_upgrade() or self._shutting_down or self.pipeline \
+                or self.flow.write_paused \
+                or (self.cycle is not None and not self.cycle.response_complete):
+            return None
+        limit = self.limit_concurrency  # over it, uvicorn's path answers 503
+        if limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit):
+            return None
+        # A plain path (no fragment or escapes) is the ASGI scope's path as is; the query
+        # (kube-apiserver always sends ?timeout=) is not the route's business.
+        url = url.partition(b"?")[0]
+        if not url.isascii() or b"%" in url or b"#" in url:
+            return None
+        length = None
+        for name, value in self.headers:
+            if name == b"content-length" and length is None and value.isdigit():
+                length = int(value)
+            elif name in (b"content-length", b"transfer-encoding"):
+                return None
+        if length is None or length > OFFLOAD_BYTES:
+            return None
+        return SwapwiseApp.admission_profile(url.decode())
+
+    def on_body(self, body: bytes) -> None:
+        if self._fast_profile is not None:
+            self._fast_body.append(body)
+        elif not self._discarding:
+            super().on_body(body)
+
     def on_message_complete(self) -> None:
         self._in_body = False
         self._cancel_request_timer()
-        super().on_message_complete()
+        if self._fast_profile is not None:
+            self._answer_fast(self._fast_profile)
+        elif not self._discarding:
+            super().on_message_complete()
+
+    def _answer_fast(self, profile: str) -> None:
+        """Answer the admission just received, as uvicorn's cycle would write it."""
+        chunks, self._fast_body = self._fast_body, []
+        self._fast_profile = None
+        self._fast_in_read = True
+        assert self._admission is not None
+        try:
+            status, content = self._admission.respond(
+                profile, chunks[0] if len(chunks) == 1 else b"".join(chunks))
+        except Exception as exc:  # as uvicorn does for an app that raises
+            self.logger.error("Exception in ASGI application\n", exc_info=exc)
+            status, content = 500, b"Internal Server Error"
+            head = b"content-type: text/plain; charset=utf-8\r\n"
+            close = True
+        else:
+            head = b"content-type: application/json\r\n"
+            close = not self._fast_keep_alive or self._shutting_down \
+                or self._admission.state.draining  # Admission.__call__'s lame duck
+        response = [_status_line(status)]
+        for name, value in self.server_state.default_headers:
+            response += [name, b": ", value, b"\r\n"]
+        response += [head, b"content-length: %d\r\n" % len(content),
+                     b"connection: close\r\n\r\n" if close else b"\r\n", content]
+        self.transport.write(b"".join(response))
+        if close:
+            self.transport.close()
+        self.on_response_complete()
 
     def on_response_complete(self) -> None:
         self._idle_since = time.monotonic()
@@ -263,7 +377,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         connection whose request is still arriving; no uvicorn issue for it found)."""
         self._shutting_down = True
         if self._in_headers or self._in_body:
-            cycle = self.cycle
+            cycle = self._cycle_pending()
             if cycle is not None and not cycle.response_complete:
                 cycle.keep_alive = False  # answer the request being received, then close
             return  # a request still arriving: answered with Connection: close
