@@ -349,17 +349,22 @@ def together(api: Api, targets: list[Target], pods: int, creators: int, apiserve
     server runs through the same moments of a busy machine, so the ratios between them
     move far less than between bursts run one after the other."""
     bursts: list[Burst | None] = [None] * len(targets)
+    failures: list[str] = []
 
     def run(index: int) -> None:
-        bursts[index] = run_burst(api, targets[index], pods, creators, apiserver_pid, noisy)
+        try:
+            bursts[index] = run_burst(api, targets[index], pods, creators, apiserver_pid,
+                                      noisy)
+        except BaseException as exc:  # SystemExit too: a thread would swallow it
+            failures.append(f"{targets[index].name}: {exc!r}")
 
     threads = [threading.Thread(target=run, args=(index,)) for index in range(len(targets))]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    if None in bursts:
-        raise SystemExit("a burst failed (see above)")
+    if failures or None in bursts:
+        raise SystemExit(f"bursts failed: {failures}")
     return [burst for burst in bursts if burst is not None]
 
 
