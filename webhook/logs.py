@@ -80,9 +80,10 @@ def configure(level: str = "info") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    for name in ("uvicorn", "uvicorn.error"):
+    for name in ("uvicorn", "uvicorn.error", "watchfiles", "watchfiles.main"):
         logging.getLogger(name).handlers[:] = []
         logging.getLogger(name).propagate = True
+    logging.getLogger("watchfiles").setLevel(logging.WARNING)
 
 
 def get_logger(name: str = "") -> logging.Logger:

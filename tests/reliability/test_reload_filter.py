@@ -15,7 +15,6 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
 import yaml
 
 from tests.reliability.support import Server
@@ -128,18 +127,3 @@ def test_a_server_beside_a_busy_file_stays_idle_and_still_reloads(tmp_path: Path
     finally:
         server.stop()
 
-
-def test_without_inotify_the_files_are_polled(tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """Where inotify is missing (not Linux), a change is still seen, by polling."""
-
-    def no_inotify(*_args: object) -> None:
-        raise OSError("no inotify here")
-
-    monkeypatch.setattr(reload._Inotify, "__init__", no_inotify)
-    target = tmp_path / "policy.yaml"
-    target.write_bytes(b"one")
-    with Watching([target]) as watching:
-        calls = watching.calls
-        target.write_bytes(b"two")
-        assert wait_until(lambda: watching.calls > calls, 10)

@@ -2,16 +2,13 @@
 
 Kubernetes updates mounted ConfigMaps and Secrets by swapping a ``..data`` symlink, so
 the *directories* holding the files are watched (a watch on the file itself would stay
-on the old inode), with inotify read by the event loop itself: no watcher thread, nothing
-that wakes an idle server (a watcher thread polling every 20 ms for its stop event took
-the GIL 50 times a second). Only events that can change what a watched path reads wake
-the reload: the watched names themselves, the ``..data`` swap, and the directory itself
-(deleted, replaced, or events lost). Anything else written in the directory (a log file,
-another tool's state) is read and dropped in the same callback. A reload then reads the
-files and compares their raw bytes with those in use before it parses anything, which
-makes a spurious event cost a few small reads; a slow periodic re-check covers what
-inotify cannot see (a file changed behind a symlink to another directory; filesystems
-without inotify), and where there is no inotify at all the files are polled every second.
+on the old inode). Only events that can change what a watched path reads wake the
+reload: the watched names themselves, the ``..data`` swap, and the directory itself
+(deleted or replaced). Anything else written in the directory (a log file, another
+tool's state) is filtered out where the events arrive and never reaches it. A reload then
+reads the files and compares their raw bytes with those in use before it parses anything,
+which makes a spurious event cost a few small reads; a slow periodic re-check covers
+filesystems without inotify.
 
 The rule (README "Operations"): whatever appears at a watched path (bad content, a
 partial write, a deleted or replaced directory, a FIFO, an unreadable file), the file is
@@ -24,11 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import os
-import struct
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+
+import watchfiles
 
 from webhook.files import read_regular
 from webhook.logs import get_logger
@@ -165,85 +162,6 @@ async def _sleep(stop: asyncio.Event, seconds: float) -> None:
         await asyncio.wait_for(stop.wait(), seconds)
 
 
-class _Inotify:
-    """Linux inotify on directories, read by the event loop itself (``add_reader``): no
-    thread and no timer, so an idle server is not woken at all. Relevant events (see the
-    top) set ``changed``; the rest are read and dropped in the same callback."""
-
-    MASK = (0x2 | 0x4 | 0x8 | 0x40 | 0x80 | 0x100 | 0x200  # modify, attrib, close_write,
-            | 0x400 | 0x800)  # moved from/to, create, delete; delete_self, move_self
-    SELF = 0x400 | 0x800 | 0x8000 | 0x4000  # the directory itself: gone, moved, unwatched,
-    # or events lost (queue overflow): read the files again
-
-    def __init__(self, directories: list[str], names: dict[str, set[bytes]]) -> None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        self.fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
-        if self.fd < 0:
-            raise OSError(ctypes.get_errno(), "inotify_init1 failed")
-        self.names: dict[int, set[bytes]] = {}
-        try:
-            for directory in directories:
-                wd = libc.inotify_add_watch(self.fd, os.fsencode(directory), self.MASK)
-                if wd < 0:
-                    errno = ctypes.get_errno()
-                    raise OSError(errno, f"inotify_add_watch {directory}: {os.strerror(errno)}")
-                self.names[wd] = names[directory]
-        except BaseException:
-            os.close(self.fd)
-            raise
-        self.changed = asyncio.Event()
-
-    def read(self) -> None:
-        try:
-            data = os.read(self.fd, 65536)
-        except BlockingIOError:
-            return
-        offset = 0
-        while offset + 16 <= len(data):
-            wd, mask, _cookie, size = struct.unpack_from("iIII", data, offset)
-            name = data[offset + 16:offset + 16 + size].rstrip(b"\0")
-            offset += 16 + size
-            if mask & self.SELF or wd == -1 or name in self.names.get(wd, ()):
-                self.changed.set()
-
-    def close(self) -> None:
-        os.close(self.fd)
-
-
-async def _events(directories: list[str], names: dict[str, set[bytes]], stop: asyncio.Event,
-                  poll_seconds: float, debounce: float = 0.05) -> AsyncGenerator[None]:
-    """Yield once per group of relevant events (gathered for ``debounce`` seconds) and at
-    least every ``poll_seconds``; until ``stop``. Without inotify (not Linux), poll."""
-    try:
-        notify = _Inotify(directories, names)
-    except (OSError, AttributeError):  # no inotify here: the files are polled
-        while not stop.is_set():
-            await _sleep(stop, min(poll_seconds, 1.0))
-            yield None
-        return
-    loop = asyncio.get_running_loop()
-    loop.add_reader(notify.fd, notify.read)
-    try:
-        while not stop.is_set():
-            waiter = asyncio.ensure_future(notify.changed.wait())
-            stopper = asyncio.ensure_future(stop.wait())
-            try:
-                await asyncio.wait([waiter, stopper], timeout=poll_seconds,
-                                   return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                waiter.cancel()
-                stopper.cancel()
-            if stop.is_set():
-                return
-            if notify.changed.is_set():
-                await asyncio.sleep(debounce)  # a swap or a write comes as several events
-                notify.changed.clear()
-            yield None  # a change, or the periodic re-check
-    finally:
-        loop.remove_reader(notify.fd)
-        notify.close()
-
-
 async def watch(
     paths: list[Path], on_change: Callable[[], None], stop: asyncio.Event,
     poll_seconds: float = 30.0, missing_poll_seconds: float = 1.0,
@@ -257,9 +175,12 @@ async def watch(
     """
     # The mount directory, not the symlink target: the target is replaced on update.
     directories = sorted({str(path.absolute().parent) for path in paths})
-    names = {directory: {b"..data"} for directory in directories}
-    for path in paths:
-        names[str(path.absolute().parent)].add(os.fsencode(path.name))
+    relevant = {str(path.absolute()) for path in paths} | set(directories)
+    relevant |= {os.path.join(directory, "..data") for directory in directories}
+
+    def may_change(_change: watchfiles.Change, path: str) -> bool:
+        return path in relevant
+
     while not stop.is_set():
         identities = [_identity(d) for d in directories]
         if None in identities:
@@ -269,11 +190,14 @@ async def watch(
         if identities != [_identity(d) for d in directories]:
             continue
         on_change()  # what changed while no watch was set up (harmless otherwise: digests)
-        async with contextlib.aclosing(_events(directories, names, stop, poll_seconds)) as events:
-            async for _ in events:
-                on_change()
-                if [_identity(d) for d in directories] != identities:
-                    break  # a directory went away or was replaced: watch the new one
+        async for _changes in watchfiles.awatch(
+            *directories, watch_filter=may_change, stop_event=stop, debounce=50, step=20,
+            recursive=False,
+            rust_timeout=int(poll_seconds * 1000), yield_on_timeout=True,
+        ):
+            on_change()  # an empty set of changes is the periodic re-check
+            if [_identity(d) for d in directories] != identities:
+                break  # a directory went away or was replaced: watch the new one
 
 
 async def supervise(
