@@ -18,10 +18,16 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[MutableMapping[str, Any], Receive, Send], Awaitable[None]]
 
 
-def scope(method: str, path: str, body_length: int | None) -> dict[str, Any]:
-    headers = [(b"host", b"swapwise"), (b"content-type", b"application/json")]
+def scope(method: str, target: str, body_length: int | None) -> dict[str, Any]:
+    """The scope uvicorn builds for ``target`` (a path, and maybe a query) with the headers
+    kube-apiserver sends (benchmarks/payloads.py), in its order."""
+    path, _, query = target.partition("?")
+    headers = [(b"host", b"swapwise.swapwise.svc:443"),
+               (b"user-agent", b"kube-apiserver-admission")]
     if body_length is not None:
         headers.append((b"content-length", str(body_length).encode()))
+    headers += [(b"accept", b"application/json, */*"), (b"content-type", b"application/json"),
+                (b"accept-encoding", b"gzip")]
     return {
         "type": "http",
         "asgi": {"version": "3.0", "spec_version": "2.3"},
@@ -33,7 +39,7 @@ def scope(method: str, path: str, body_length: int | None) -> dict[str, Any]:
         "method": method,
         "path": path,
         "raw_path": path.encode(),
-        "query_string": b"",
+        "query_string": query.encode(),
         "headers": headers,
         "state": {},
     }

@@ -1,16 +1,19 @@
-"""Server CPU per admission, as a ratio to the leanest Python server, and the decision
-function as a ratio to bare JSON.
+"""Server CPU per admission under wrk, as a ratio to a no-op webhook on the same stack,
+and the decision function as a ratio to bare JSON.
 
     python -m benchmarks.cpu [--duration 5] [--rounds 3] [--connections 32] [--callgrind]
                              [--compare DIR ...] [--server-args '...']
 
 Absolute times on a shared 2-core machine move from run to run; ratios measured in the
-same run move far less, so these are the headline figures of BENCHMARKS.md:
+same run move far less, so these are ratios (BENCHMARKS.md; its headline is the run
+behind kube-apiserver, benchmarks/apiserver.py, and this is its secondary figure):
 
-- **server CPU per admission**: a real ``swapwise serve`` (one process, logging its JSON
-  line per admission to a file) and the no-op floor server of benchmarks/floor.py
-  (uvloop + TLS, no framework, answers "allowed" without parsing), each pinned to CPU 0
-  and driven by wrk pinned to CPU 1 over the same keep-alive HTTPS connections. The figure
+- **server CPU per admission**: a real ``swapwise serve`` (one process, its JSON line per
+  admission going into a pipe this process reads) and the no-op floor webhook of
+  benchmarks/floor.py (uvicorn + uvloop + httptools over TLS, a bare ASGI app that answers
+  "allowed" without parsing), each pinned to CPU 0 and driven by wrk pinned to CPU 1 over
+  the same keep-alive HTTPS connections, with kube-apiserver's request
+  (``POST /mutate/sandbox?timeout=10s``, its headers, its review). The figure
   is the server process's own CPU time (utime + stime of all its threads, from
   /proc/<pid>/stat) over the run, divided by the admissions answered: not wall time, so
   it does not depend on how busy the machine was, only on what the server did. Rounds
@@ -46,7 +49,7 @@ from statistics import median
 
 from benchmarks.common import machine, report
 from benchmarks.https import BASELINE_ENV, start_server, wrk
-from benchmarks.payloads import review_bytes
+from benchmarks.payloads import ADMISSION_PATH, request_bytes, review_bytes
 from tests.support.server_proc import ServerProcess, free_port
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -153,9 +156,9 @@ def server_cpu(args: argparse.Namespace, body: Path) -> list[list[str]]:
     floor = Floor(servers["swapwise"].tls.root)
     rows = []
     try:
-        targets = {name: (f"{server.url}/mutate/sandbox", pid_of(server))
+        targets = {name: (server.url + ADMISSION_PATH, pid_of(server))
                    for name, server in servers.items()}
-        targets["floor"] = (f"{floor.url}/mutate/sandbox", floor.process.pid)
+        targets["floor"] = (floor.url + ADMISSION_PATH, floor.process.pid)
         for _url, pid in targets.values():
             pin(pid, SERVER_CPU)
         if (os.cpu_count() or 1) > LOAD_CPU:
@@ -300,8 +303,7 @@ def client_admissions(url: str, ca: Path, body: bytes, count: int, connections: 
     """``count`` admissions over ``connections`` keep-alive connections, round robin."""
     context = ssl.create_default_context(cafile=str(ca))
     host, port = url.removeprefix("https://").split(":")
-    request = (b"POST /mutate/sandbox HTTP/1.1\r\nhost: swapwise\r\ncontent-type: "
-               b"application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+    request = request_bytes(body)
     conns = [context.wrap_socket(socket.create_connection((host, int(port)), timeout=120),
                                  server_hostname="localhost") for _ in range(connections)]
     try:

@@ -1,59 +1,46 @@
-"""The cheapest possible admission webhook, to price the API server's side of a call.
+"""The floor: a no-op admission webhook on the same server stack as swapwise.
 
     python -m benchmarks.floor --port P --cert-dir D
 
-Raw asyncio protocol on uvloop over TLS, no framework, no JSON parsing: it finds the uid
-with a regex and allows the pod unchanged. benchmarks/apiserver.py registers it for one
-namespace, so "floor" minus "without webhook" is what any webhook costs a pod creation
-on this machine, and swapwise's own share is what it adds on top.
+uvicorn on uvloop with httptools over TLS (swapwise's stack), serving a bare ASGI app: no
+framework, no routing, no JSON parsing, no logging. It reads the body, finds the uid
+with a regex and allows the pod unchanged. What a webhook costs on this stack before it
+does anything, so swapwise ÷ floor is what swapwise adds: its HTTP guards, routing, the
+review parsed and decided, the patch, metrics and the log line.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import re
-import ssl
-from typing import cast
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
 
-import uvloop
+import uvicorn
 
 UID = re.compile(rb'"uid"\s*:\s*"([^"]*)"')
+HEADERS = [(b"content-type", b"application/json")]
+
+Message = MutableMapping[str, Any]
 
 
-class Floor(asyncio.Protocol):
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's TLS transport
-        self.buffer = b""
-
-    def data_received(self, data: bytes) -> None:
-        self.buffer += data
-        while True:
-            head_end = self.buffer.find(b"\r\n\r\n")
-            if head_end < 0:
-                return
-            head = self.buffer[:head_end].lower()
-            match = re.search(rb"content-length:\s*(\d+)", head)
-            length = int(match.group(1)) if match else 0
-            end = head_end + 4 + length
-            if len(self.buffer) < end:
-                return
-            body, self.buffer = self.buffer[head_end + 4:end], self.buffer[end:]
-            found = UID.search(body)
-            uid = found.group(1) if found else b""
-            answer = (b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview",'
-                      b'"response":{"uid":"' + uid + b'","allowed":true}}')
-            self.transport.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                                 b"content-length: %d\r\n\r\n%s" % (len(answer), answer))
-
-
-async def serve(port: int, cert_dir: str) -> None:
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(f"{cert_dir}/tls.crt", f"{cert_dir}/tls.key")
-    server = await asyncio.get_running_loop().create_server(
-        Floor, "127.0.0.1", port, ssl=context)
-    async with server:
-        await server.serve_forever()
+async def app(scope: MutableMapping[str, Any], receive: Callable[[], Awaitable[Message]],
+              send: Callable[[Message], Awaitable[None]]) -> None:
+    if scope["type"] != "http":
+        return
+    body = b""
+    more = True
+    while more:
+        message = await receive()
+        body += message.get("body", b"")
+        more = message.get("more_body", False)
+    found = UID.search(body)
+    uid = found.group(1) if found else b""
+    answer = (b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview",'
+              b'"response":{"uid":"' + uid + b'","allowed":true}}')
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [*HEADERS, (b"content-length", b"%d" % len(answer))]})
+    await send({"type": "http.response.body", "body": answer})
 
 
 def main() -> None:
@@ -61,7 +48,11 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--cert-dir", required=True)
     args = parser.parse_args()
-    uvloop.run(serve(args.port, args.cert_dir))
+    uvicorn.run(app, host="127.0.0.1", port=args.port, loop="uvloop", http="httptools",
+                lifespan="off", access_log=False, log_level="warning", server_header=False,
+                date_header=False, proxy_headers=False,
+                timeout_keep_alive=120,  # as swapwise: longer than the API server's idle 90 s
+                ssl_certfile=f"{args.cert_dir}/tls.crt", ssl_keyfile=f"{args.cert_dir}/tls.key")
 
 
 if __name__ == "__main__":

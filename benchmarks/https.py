@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import machine, percentile, report
-from benchmarks.payloads import POLICY_YAML, review_bytes
+from benchmarks.payloads import ADMISSION_PATH, HEADERS, POLICY_YAML, review_bytes
 from tests.support.server_proc import ServerProcess
 
 LUA = Path(__file__).with_name("wrk.lua")
@@ -70,7 +70,8 @@ def h2load(url: str, body: Path, connections: int, rate: int, seconds: float
     for log in logs:
         argv = ["h2load", "--h1", "-c", "1", "-t", "1", "--rps", f"{per_connection:g}",
                 "-D", str(max(1, round(seconds))), "--warm-up-time", "1", "-d", str(body),
-                "-H", "content-type: application/json", "--log-file", str(log), url]
+                *(arg for name, value in HEADERS for arg in ("-H", f"{name}: {value}")),
+                "--log-file", str(log), url]
         processes.append(subprocess.Popen(argv, stdout=subprocess.PIPE, text=True))
         time.sleep(random.uniform(0, 2 / per_connection / connections))
     summaries = [process.communicate()[0] for process in processes]
@@ -100,7 +101,8 @@ BASELINE_ENV = "SWAPWISE_BENCH_SRC"
 
 
 def start_server(workdir: Path, workers: int, *extra: str) -> ServerProcess:
-    """``swapwise serve``; with $SWAPWISE_BENCH_SRC, the one from that source tree.
+    """``swapwise serve``, its log lines going into a pipe read by this process (as a
+    container runtime reads them); with $SWAPWISE_BENCH_SRC, the one from that source tree.
 
     The baseline mode measures an older checkout (``git archive <rev> webhook | tar -x``)
     for before/after figures; it only passes options every version has.
@@ -111,9 +113,11 @@ def start_server(workdir: Path, workers: int, *extra: str) -> ServerProcess:
         launcher = (f"import sys; sys.path.insert(0, {baseline!r}); "
                     "from webhook.cli import main; sys.exit(main())")
         server.args[0:1] = [sys.executable, "-c", launcher]
-        return server.start()
-    return ServerProcess(workdir, POLICY_YAML, "--workers", str(workers),
-                         "--drain-seconds", "0", *extra).start()
+    else:
+        server = ServerProcess(workdir, POLICY_YAML, "--workers", str(workers),
+                               "--drain-seconds", "0", *extra)
+    server.pipe_logs = True  # log lines into a pipe, as in a container
+    return server.start()
 
 
 def row(workers: int, connections: int, r: dict[str, Any], shape: str = "closed") -> list[str]:
@@ -145,7 +149,7 @@ def main() -> None:
         server = start_server(Path(tempfile.mkdtemp(prefix="swapwise-bench-")), workers,
                               *args.server_args.split())
         try:
-            url = f"{server.url}/mutate/sandbox"
+            url = server.url + ADMISSION_PATH
             wrk(url, body, 8, 2, args.threads)  # warm up
             for connections in [int(c) for c in args.connections.split(",")]:
                 time.sleep(1)

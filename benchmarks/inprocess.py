@@ -16,17 +16,17 @@ import uvloop
 
 from benchmarks.asgi import call
 from benchmarks.common import build_app, machine, percentile, quiet_json_logs, report
-from benchmarks.payloads import review_bytes
+from benchmarks.payloads import ADMISSION_PATH, review_bytes
 
 
 async def measure(app: object, body: bytes, iterations: int) -> list[float]:
     for _ in range(min(500, iterations)):  # warm caches and the allocator
-        await call(app, "POST", "/mutate/sandbox", body)  # type: ignore[arg-type]
+        await call(app, "POST", ADMISSION_PATH, body)  # type: ignore[arg-type]
     samples: list[float] = []
     clock = time.perf_counter_ns
     for _ in range(iterations):
         started = clock()
-        reply = await call(app, "POST", "/mutate/sandbox", body)  # type: ignore[arg-type]
+        reply = await call(app, "POST", ADMISSION_PATH, body)  # type: ignore[arg-type]
         samples.append((clock() - started) / 1000)
         if reply.status != 200:
             raise SystemExit(f"unexpected status {reply.status}: {reply.body[:200]!r}")

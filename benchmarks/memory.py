@@ -15,7 +15,7 @@ from typing import Any
 
 from benchmarks.common import machine, report
 from benchmarks.https import start_server, wrk
-from benchmarks.payloads import review_bytes
+from benchmarks.payloads import ADMISSION_PATH, HEADERS, review_bytes
 from tests.support.server_proc import ServerProcess
 
 
@@ -54,7 +54,7 @@ def main() -> None:
     body.write_bytes(review_bytes(4))
     server = start_server(Path(tempfile.mkdtemp(prefix="swapwise-bench-")), args.workers)
     assert server.process is not None
-    url = f"{server.url}/mutate/sandbox"
+    url = server.url + ADMISSION_PATH
     rows = []
     curve: list[list[Any]] = []
     try:
@@ -63,7 +63,8 @@ def main() -> None:
         with server.client() as client:  # the first 1k one by one, to stop exactly there
             content = body.read_bytes()
             for _ in range(1_000):
-                client.post("/mutate/sandbox", content=content).raise_for_status()
+                client.post(ADMISSION_PATH, content=content,
+                            headers=dict(HEADERS)).raise_for_status()
         rows.append(measure(server, start))
         # wrk stops on time, not on count: run it in 10 s rounds and show the curve, so a
         # leak (steady growth) can be told from warm-up (a step, then flat).

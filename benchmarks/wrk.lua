@@ -1,11 +1,15 @@
 -- wrk script for swapwise: POST one AdmissionReview (the file named by WRK_BODY) per
--- request, and print a JSON summary line (errors.status counts HTTP >= 400) for https.py.
+-- request with kube-apiserver's headers (benchmarks/payloads.py; the URL carries its
+-- ?timeout= query), and print a JSON summary line (errors.status counts HTTP >= 400).
 local body_file = os.getenv("WRK_BODY")
 local f = assert(io.open(body_file, "rb"))
 wrk.method = "POST"
 wrk.body = f:read("*a")
 f:close()
+wrk.headers["User-Agent"] = "kube-apiserver-admission"
+wrk.headers["Accept"] = "application/json, */*"
 wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Accept-Encoding"] = "gzip"
 
 function done(summary, latency, requests)
   local e = summary.errors

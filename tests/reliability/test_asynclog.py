@@ -6,6 +6,7 @@ call. With a lock-based queue that deadlocked the worker (seen as a hung shutdow
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -43,3 +44,43 @@ def test_signal_handler_logging_does_not_deadlock() -> None:
                           timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "finished"
+
+
+LOW_RATE = textwrap.dedent(
+    """
+    import asyncio, json, logging, sys
+    from webhook.server import asynclog
+    from webhook.logs import configure, get_logger
+
+    configure("info")  # JSON lines on stderr: a pipe to the test, as in a container
+    asynclog.start()
+    log = get_logger("test")
+
+    async def main() -> None:
+        for n in range(200):  # a low rate: one admission line per pass of the loop
+            asynclog.info(log, "admission", {"n": n})
+            await asyncio.sleep(0.002)
+        direct = asynclog._State.written
+        for n in range(200, 260):  # an ordinary record now and then: order still holds
+            asynclog.info(log, "admission", {"n": n})
+            if n % 20 == 0:
+                log.warning("warned", extra={"n": n})
+            await asyncio.sleep(0)
+        print(json.dumps({"thread_wrote": direct}), flush=True)
+
+    asyncio.run(main())
+    asynclog.stop()
+    """
+)
+
+
+def test_low_rates_are_written_by_the_loop_itself_in_order() -> None:
+    proc = subprocess.run([sys.executable, "-c", LOW_RATE], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    # 200 lines at a low rate, and the writer thread woke for none of them.
+    assert json.loads(proc.stdout)["thread_wrote"] == 0
+    lines = [json.loads(line) for line in proc.stderr.splitlines()]
+    assert [line["n"] for line in lines] == [
+        n for k in range(260) for n in ([k, k] if k >= 200 and k % 20 == 0 else [k])]
+    assert [line["msg"] for line in lines if line["n"] == 220] == ["admission", "warned"]

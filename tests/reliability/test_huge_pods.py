@@ -4,7 +4,7 @@ The issue's attack: 2.2 MB reviews of 38,000 limit-only containers, 4 clients in
 Before: each blocked the event loop 1.3-2.6 s and answered 15.9 MB, so /healthz and every
 ordinary admission on that worker waited past the API server's timeout. Now such a pod
 is left unchanged with a warning after reading only its list lengths (more than 1000
-containers), and reviews over 256 KiB are parsed and decided in a child process.
+containers), and reviews over 64 KiB are parsed and decided in a child process.
 """
 
 from __future__ import annotations

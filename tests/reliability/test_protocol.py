@@ -76,3 +76,33 @@ def test_a_reset_connection_releases_its_timers() -> None:
 def test_a_closed_connection_releases_its_timers() -> None:
     protocol = asyncio.run(_connection_after_answer(None))
     assert protocol.timeout_keep_alive_task is None
+
+
+def test_a_closed_connection_is_freed_without_the_cyclic_collector() -> None:
+    """Reference counting alone frees a connection answered on the fast path once it is
+    lost: a cycle (the flow control holding its protocol did) left each one, TLS buffers
+    and all, to rare full collections, and RSS grew with every reconnecting client."""
+    import gc
+    import weakref
+
+    async def run() -> weakref.ref[GuardedHttpToolsProtocol]:
+        harness = InProcess()
+        config = uvicorn.Config(harness.app, http="httptools", lifespan="off",
+                                log_config=None, proxy_headers=False)
+        config.load()
+        protocol = GuardedHttpToolsProtocol(config=config, server_state=ServerState(),
+                                            app_state={})
+        protocol.connection_made(FakeTransport())
+        body = json.dumps(review_json()).encode()
+        protocol.data_received(b"POST /mutate/default?timeout=10s HTTP/1.1\r\nHost: x\r\n"
+                               b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        assert protocol.cycle is None  # the fast path answered it
+        protocol.connection_lost(ConnectionResetError())
+        return weakref.ref(protocol)
+
+    gc.disable()
+    try:
+        gone = asyncio.run(run())
+        assert gone() is None
+    finally:
+        gc.enable()

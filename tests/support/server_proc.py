@@ -12,6 +12,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,9 @@ class ServerProcess:
             args += ["--policy", str(self.policy.root / "policy.yaml")]
         self.args = args
         self.process: subprocess.Popen[bytes] | None = None
+        # Output through a pipe, copied to the log file by a thread of this process, as a
+        # container runtime reads a container's stdout and stderr (benchmarks).
+        self.pipe_logs = False
 
     @property
     def url(self) -> str:
@@ -92,8 +96,11 @@ class ServerProcess:
 
     def start(self, timeout: float = 20) -> ServerProcess:
         log = self.log_path.open("ab")
-        self.process = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT,
-                                        cwd=self.workdir)
+        self.process = subprocess.Popen(
+            self.args, stdout=subprocess.PIPE if self.pipe_logs else log,
+            stderr=subprocess.STDOUT, cwd=self.workdir)
+        if self.pipe_logs:
+            threading.Thread(target=_copy, args=(self.process.stdout, log), daemon=True).start()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -137,6 +144,12 @@ class ServerProcess:
             if metric == name and found == wanted:
                 return float(value)
         return 0.0
+
+
+def _copy(source: Any, log: Any) -> None:
+    while chunk := source.read1(1 << 16):
+        log.write(chunk)
+        log.flush()
 
 
 def wait_until(predicate: Any, timeout: float = 10, interval: float = 0.05) -> bool:

@@ -8,15 +8,17 @@ the admission decision itself (see BENCHMARKS.md). The routes are one table, Fas
 the admission route's endpoint is that handler, and :class:`SwapwiseApp` hands a request
 that route matches straight to it, past the middleware stack. So no middleware may exist
 (it would never see an admission): :class:`SwapwiseApp` refuses an app that has any.
-In the server, the connection protocol goes further for a body of at most OFFLOAD_BYTES:
-it answers with :meth:`Admission.respond`, without an ASGI request at all
-(uvicorn_internals.py). Whatever the input, the answer is a 2xx or a 4xx, never a 5xx.
+In the server, the connection protocol goes further for an admission of at most
+OFFLOAD_BYTES: it answers with :meth:`Admission.respond`, without an ASGI request at all
+(uvicorn_internals.py; measured behind kube-apiserver, BENCHMARKS.md). Whatever the
+input, the answer is a 2xx or a 4xx, never a 5xx.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import time
 import traceback
@@ -43,11 +45,14 @@ from webhook.server.metrics import Metrics
 from webhook.server.reload import PolicyStore
 
 MAX_BODY = 3 * 1024 * 1024  # the API server's own request limit is 3 MiB
-# Reviews of ordinary pods are a few KiB and are answered on the event loop (a hop would
-# cost more than the decision). A bigger body is parsed and decided in a child process
-# (LargeReviews), one at a time, so that huge reviews cannot stall /healthz or the
-# ordinary admissions on the loop.
-OFFLOAD_BYTES = 256 * 1024
+# Reviews of ordinary pods are a few KiB (10 KB for a 4-container pod as the API server
+# sends it) and are answered on the event loop (a hop would cost more than the decision).
+# A bigger body is parsed and decided in a child process (LargeReviews), one at a time,
+# so that big reviews cannot stall /healthz or the ordinary admissions on the loop: this
+# bounds the slice of the loop one request takes (a 64 KiB review of nested arrays parses
+# in ~10 ms; 256 KiB ones, 40-60 ms each, pipelined by two clients, kept the probes waiting
+# over a second on a busy machine).
+OFFLOAD_BYTES = 64 * 1024
 
 ADMISSION_PREFIX = "/mutate/"
 
@@ -111,6 +116,20 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
+# The most a log line carries of any one value taken from a request (the profile in the
+# URL, the uid and namespace in the review, why it was refused); a traceback, ours but
+# possibly quoting request data, gets more. README "Operations".
+LOG_VALUE_CHARS = 256
+LOG_TRACEBACK_CHARS = 8192
+
+
+def clip(value: str | None, limit: int = LOG_VALUE_CHARS) -> str | None:
+    """``value`` cut to ``limit`` characters, saying how long it was."""
+    if value is None or len(value) <= limit:
+        return value
+    return f"{value[:limit]}... ({len(value)} characters)"
+
+
 def _error(status: int, message: str) -> tuple[int, bytes]:
     return status, codec.dumps({"error": message, "code": status})
 
@@ -131,11 +150,30 @@ class Answer(NamedTuple):
     traceback: str | None = None  # outcome "error": the bug
 
 
+def parse_body(body: bytes) -> Any:
+    """``codec.loads`` with the cyclic garbage collector paused.
+
+    Parsed JSON holds no reference cycles, so a collection during the parse finds nothing
+    to free; but a body of many small containers (a review stuffed with nested arrays)
+    allocates enough to trigger one every few hundred objects, each traversing what was
+    built so far: a 240 KB review of nested arrays took 200-600 ms to parse on the event
+    loop instead of 30-50 ms. That is the slice one connection's request holds the loop for
+    while every other connection, and the probes, wait.
+    """
+    if not gc.isenabled():
+        return codec.loads(body)
+    gc.disable()
+    try:
+        return codec.loads(body)
+    finally:
+        gc.enable()
+
+
 def evaluate(body: bytes, profile: str, policy: Policy) -> Answer:
     """Body in, answer out: parse, decide, serialize. No I/O, no shared state, so it runs
     on the event loop or in the large-review process alike."""
     try:
-        request_review = parse_review(codec.loads(body))
+        request_review = parse_review(parse_body(body))
     except (ValueError, RecursionError) as exc:  # bad JSON or not an AdmissionReview
         reason = str(exc) if isinstance(exc, InvalidReview) else "body is not valid JSON"
         status, content = _error(400, f"not an admission.k8s.io/v1 AdmissionReview: {reason}")
@@ -260,11 +298,13 @@ class Admission:
         """Count and log an answer; returns what to send."""
         self.count(label, answer.outcome)
         if answer.outcome == "invalid":
-            log.info("rejected request", extra={"profile": profile, "error": answer.reason})
+            log.info("rejected request", extra={"profile": clip(profile),
+                                                "error": clip(answer.reason)})
             return answer.status, answer.content
         if answer.outcome == "error":
             log.error("admission failed; pod allowed unchanged",
-                      extra={"uid": answer.uid, "traceback": answer.traceback})
+                      extra={"uid": clip(answer.uid),
+                             "traceback": clip(answer.traceback, LOG_TRACEBACK_CHARS)})
             return answer.status, answer.content
         elapsed = time.perf_counter() - started
         self.metrics.latency.observe(elapsed)
@@ -277,11 +317,11 @@ class Admission:
             log,
             "admission",
             {
-                "uid": answer.uid,
-                "profile": profile,
-                "namespace": answer.namespace,
+                "uid": clip(answer.uid),
+                "profile": clip(profile),
+                "namespace": clip(answer.namespace),
                 "outcome": answer.outcome,
-                "reason": answer.reason,
+                "reason": clip(answer.reason),
                 "containers_changed": answer.changed,
                 "warnings": answer.warnings,
                 "duration_ms": round(elapsed * 1000, 3),

@@ -20,6 +20,19 @@ output keeps the order in which things were logged. (Measured on a quiet machine
 fixed 1,000 admissions/s did not get worse; on a CPU shared with busy processes the server
 waited longer for it: BENCHMARKS.md.)
 
+At low rates even that hand-off is most of what a line costs: a batch of one or two lines
+still woke the writer thread (a futex, two context switches, a GIL hand-off) and armed a
+loop timer that woke the loop once more. So when there is little to write, the event loop
+writes the lines itself, once per pass of the loop (a ``call_soon`` callback after the
+pass's I/O), in one ``write(2)``: when the writer thread has nothing queued (so the order
+holds), the pass gathered at most :data:`DIRECT_BYTES`, the output is a pipe with room for
+them or something else whose last direct write did not stall, and no direct write stalled
+(took over :data:`STALL_SECONDS`) in the last :data:`STALL_BACKOFF` seconds. A pipe with
+room cannot block a write; a file in the page cache rarely does, and one that did sends
+the lines through the thread for a while. Otherwise, batches go to the thread as above.
+(Measured behind kube-apiserver: futex calls and context switches per admission against
+the floor, BENCHMARKS.md.)
+
 The queue is bounded (the loop holds at most one batch, 20 ms of lines): if the writer
 cannot keep up, lines are dropped (and counted on stderr) rather than admissions delayed.
 Enqueueing is reentrant, so logging from a signal handler cannot deadlock against an
@@ -32,11 +45,14 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import fcntl
 import logging
 import logging.handlers
 import os
 import queue
+import stat
 import sys
+import termios
 import threading
 import time
 from collections import deque
@@ -48,6 +64,11 @@ QUEUE_SIZE = 10_000
 # How long admission lines gather on the event loop before they go to the writer: the
 # most a line waits before it is written (stop() writes everything at once).
 BATCH_SECONDS = 0.02
+# Written by the event loop itself (see the top): at most this much per pass of the loop,
+DIRECT_BYTES = 16 * 1024
+# and not for STALL_BACKOFF seconds after a direct write took longer than STALL_SECONDS.
+STALL_SECONDS = 0.005
+STALL_BACKOFF = 10.0
 
 Item = logging.LogRecord | str | None  # a record, a formatted line, or None: stop
 
@@ -76,6 +97,7 @@ class _Enqueue(logging.handlers.QueueHandler):
         if self.records.qsize() >= QUEUE_SIZE:
             _Enqueue.dropped += 1
         else:
+            _State.enqueued += 1  # before the put: the writer's count never runs ahead
             self.records.put_nowait(record)
 
 
@@ -121,6 +143,7 @@ def _writer(records: queue.SimpleQueue[Item], handlers: list[logging.Handler]) -
         except queue.Empty:
             pass
         _write(handlers, batch)
+        _State.written += len(batch)  # only this thread writes it
         if None in batch:
             return
 
@@ -129,8 +152,62 @@ class _Held:
     """Admission lines held on the event loop until the next batch (see the top)."""
 
     lines: ClassVar[deque[str]] = deque()
-    timer: ClassVar[asyncio.TimerHandle | None] = None
+    timer: ClassVar[asyncio.Handle | None] = None
     loop: ClassVar[asyncio.AbstractEventLoop | None] = None
+
+
+def _outputs(handlers: list[logging.Handler]) -> tuple[bool, list[tuple[int, int]]]:
+    """Whether the loop may write to ``handlers`` at all (every one a file descriptor),
+    and (fd, pipe size) of those that are pipes."""
+    pipes = []
+    for handler in handlers:
+        if not isinstance(handler, logging.StreamHandler):
+            continue
+        try:
+            fd = handler.stream.fileno()
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                pipes.append((fd, fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)))
+        except (AttributeError, OSError, ValueError):
+            return False, []  # not a file descriptor: the thread writes it
+    return True, pipes
+
+
+def _pipes_have_room(size: int) -> bool:
+    unread = bytearray(4)
+    for fd, capacity in _State.pipes:
+        try:
+            fcntl.ioctl(fd, termios.FIONREAD, unread)
+        except OSError:
+            return False
+        if capacity - int.from_bytes(unread, sys.byteorder) < size:
+            return False
+    return True
+
+
+def _direct_ok(size: int) -> bool:
+    """May the loop write ``size`` bytes of lines itself (see the top), as far as can be
+    told without a syscall?"""
+    return _State.direct and size <= DIRECT_BYTES and _State.enqueued <= _State.written \
+        and time.monotonic() >= _State.stalled_until
+
+
+def _write_pass() -> None:
+    """End of a loop pass: write what it logged, here if little, else through the thread."""
+    _Held.timer = None
+    lines = _Held.lines
+    size = sum(map(len, lines)) + len(lines)
+    if not lines or not _direct_ok(size) or not _pipes_have_room(size):
+        _release()
+        return
+    batch = []
+    while lines:  # popleft: a logging signal handler may take the rest to the queue
+        batch.append(lines.popleft())
+    started = time.monotonic()
+    _write_lines(_State.handlers, batch)
+    # A pipe with room does not block (a slow write there was the CPU being taken away);
+    # anything else that was slow gets the thread for a while.
+    if time.monotonic() - started > STALL_SECONDS and not _State.only_pipes:
+        _State.stalled_until = time.monotonic() + STALL_BACKOFF
 
 
 def _release() -> None:
@@ -155,6 +232,13 @@ class _State:
     # Set while the writer runs and every handler formats with logs.JsonFormatter, so a
     # line formatted on the loop is the line the handler would have written.
     lines: ClassVar[bool] = False
+    # Items put on the queue and items the writer wrote: equal when it has nothing left.
+    enqueued: ClassVar[int] = 0
+    written: ClassVar[int] = 0
+    stalled_until: ClassVar[float] = 0.0  # no direct writes before this (monotonic)
+    direct: ClassVar[bool] = False  # every handler writes to a file descriptor
+    pipes: ClassVar[list[tuple[int, int]]] = []  # (fd, capacity) of the pipes among them
+    only_pipes: ClassVar[bool] = False
 
 
 def start() -> None:
@@ -167,12 +251,16 @@ def start() -> None:
         atexit.register(stop)
         os.register_at_fork(before=stop, after_in_parent=start, after_in_child=start)
     log_queue: queue.SimpleQueue[Item] = queue.SimpleQueue()
+    _State.enqueued = _State.written = 0
     _State.enqueue = _Enqueue(log_queue)
     root.handlers[:] = [_State.enqueue]
     from webhook.logs import JsonFormatter
 
     _State.lines = all(isinstance(h, logging.StreamHandler)
                        and isinstance(h.formatter, JsonFormatter) for h in _State.handlers)
+    _State.direct, _State.pipes = _outputs(_State.handlers)
+    streams = [h for h in _State.handlers if isinstance(h, logging.StreamHandler)]
+    _State.only_pipes = len(_State.pipes) == len(streams)
     _State.thread = threading.Thread(target=_writer, args=(log_queue, _State.handlers),
                                      name="swapwise-log-writer", daemon=True)
     _State.thread.start()
@@ -216,4 +304,7 @@ def info(logger: logging.Logger, msg: str, fields: dict[str, Any]) -> None:
     _Held.lines.append(line)
     if _Held.timer is None or _Held.loop is not loop:  # (a new loop: the old timer is dead)
         _Held.loop = loop
-        _Held.timer = loop.call_later(BATCH_SECONDS, _release)
+        if _direct_ok(len(line) + 1):  # little to write: at the end of this pass
+            _Held.timer = loop.call_soon(_write_pass)
+        else:
+            _Held.timer = loop.call_later(BATCH_SECONDS, _release)

@@ -2,8 +2,13 @@
 
 Kubernetes updates mounted ConfigMaps and Secrets by swapping a ``..data`` symlink, so
 the *directories* holding the files are watched (a watch on the file itself would stay
-on the old inode). Every event re-reads the files and compares content, which makes
-spurious events harmless; a slow periodic re-check covers filesystems without inotify.
+on the old inode). Only events that can change what a watched path reads wake the
+reload: the watched names themselves, the ``..data`` swap, and the directory itself
+(deleted or replaced). Anything else written in the directory (a log file, another
+tool's state) is filtered out where the events arrive and never reaches it. A reload then
+reads the files and compares their raw bytes with those in use before it parses anything,
+which makes a spurious event cost a few small reads; a slow periodic re-check covers
+filesystems without inotify.
 
 The rule (README "Operations"): whatever appears at a watched path (bad content, a
 partial write, a deleted or replaced directory, a FIFO, an unreadable file), the file is
@@ -16,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -41,8 +45,9 @@ log = get_logger("reload")
 class PolicyStore:
     """The policy in use. Swapping one reference keeps in-flight requests consistent.
 
-    Each load reads the file once and parses those same bytes, so the digest that
-    decides "changed?" always belongs to the policy it describes. ``counting`` is False
+    Each load reads the file once, compares its raw bytes with those of the policy in use
+    and parses them only if they differ, so what decides "changed?" always belongs to the
+    policy it describes. ``counting`` is False
     in all but one of ``--workers`` processes, so that one change counts once.
     ``fallback``: start with this policy (and report the file) instead of failing when
     the file is bad at start-up; a restarted worker gets the last policy its supervisor
@@ -54,12 +59,12 @@ class PolicyStore:
         self.path = path
         self.metrics = metrics
         self.counting = counting
-        self._digest = ""
+        self._seen: bytes | str = ""  # the bytes last read, or why they could not be
         self.policy: Policy = default_policy()
         if path is not None:  # a bad file at start-up is an error (PolicyError)
-            self._digest, data = self._read()
+            self._seen = self._read()
             try:
-                self.policy = self._parse(self._digest, data)
+                self.policy = self._parse(self._seen)
             except PolicyError as exc:
                 if fallback is None:
                     raise
@@ -67,19 +72,18 @@ class PolicyStore:
                 self._refused(exc)
         metrics.policy_profiles.set(len(self.policy.profiles))
 
-    def _read(self) -> tuple[str, bytes | None]:
-        """(digest, content); an unreadable file has a digest of its error and no content."""
+    def _read(self) -> bytes | str:
+        """The file's bytes; for an unreadable file, why (a string)."""
         assert self.path is not None
         try:
-            data = read_regular(self.path, MAX_FILE_BYTES)
+            return read_regular(self.path, MAX_FILE_BYTES)
         except OSError as exc:
-            return f"unreadable: {exc}", None
-        return hashlib.sha256(data).hexdigest(), data
+            return f"unreadable: {exc}"
 
-    def _parse(self, digest: str, data: bytes | None) -> Policy:
-        if data is None:
-            raise PolicyError(str(self.path), [f"(file): {digest}"])
-        return parse_policy_bytes(data, str(self.path))
+    def _parse(self, seen: bytes | str) -> Policy:
+        if isinstance(seen, str):
+            raise PolicyError(str(self.path), [f"(file): {seen}"])
+        return parse_policy_bytes(seen, str(self.path))
 
     def _refused(self, exc: PolicyError) -> None:
         if self.counting:
@@ -95,12 +99,12 @@ class PolicyStore:
         """
         if self.path is None:
             return False
-        digest, data = self._read()
-        if digest == self._digest:
+        seen = self._read()
+        if seen == self._seen:  # raw bytes (or the same error): nothing parsed
             return False
-        self._digest = digest  # report a bad file once, not on every event
+        self._seen = seen  # report a bad file once, not on every event
         try:
-            policy = self._parse(digest, data)
+            policy = self._parse(seen)
         except PolicyError as exc:
             self._refused(exc)
             return False
@@ -162,8 +166,8 @@ async def watch(
     paths: list[Path], on_change: Callable[[], None], stop: asyncio.Event,
     poll_seconds: float = 30.0, missing_poll_seconds: float = 1.0,
 ) -> None:
-    """Call ``on_change`` when anything in the directories of ``paths`` changes, and
-    every ``poll_seconds`` regardless.
+    """Call ``on_change`` when one of ``paths`` may have changed (see the top), and every
+    ``poll_seconds`` regardless.
 
     A watch is tied to a directory's inode: when a watched directory is deleted,
     recreated or replaced by a file, the watch is set up again, and while it is
@@ -171,6 +175,12 @@ async def watch(
     """
     # The mount directory, not the symlink target: the target is replaced on update.
     directories = sorted({str(path.absolute().parent) for path in paths})
+    relevant = {str(path.absolute()) for path in paths} | set(directories)
+    relevant |= {os.path.join(directory, "..data") for directory in directories}
+
+    def may_change(_change: watchfiles.Change, path: str) -> bool:
+        return path in relevant
+
     while not stop.is_set():
         identities = [_identity(d) for d in directories]
         if None in identities:
@@ -181,7 +191,8 @@ async def watch(
             continue
         on_change()  # what changed while no watch was set up (harmless otherwise: digests)
         async for _changes in watchfiles.awatch(
-            *directories, stop_event=stop, debounce=50, step=20, recursive=False,
+            *directories, watch_filter=may_change, stop_event=stop, debounce=50, step=20,
+            recursive=False,
             rust_timeout=int(poll_seconds * 1000), yield_on_timeout=True,
         ):
             on_change()  # an empty set of changes is the periodic re-check

@@ -4,13 +4,15 @@ The listening socket keeps one SSLContext for its lifetime. Its SNI callback (wh
 OpenSSL runs for every ClientHello, with or without a server name) points each new
 connection at the newest *complete* context. A reload builds a whole new context from
 the files first, so a half-written or mismatched cert/key pair is refused and the
-previous certificate keeps serving; established connections are untouched.
+previous certificate keeps serving; established connections are untouched. A reload
+reads the files and compares their bytes with those being served before it parses
+anything: files that did not change cost three small reads (reload.py calls it on every
+event for the watched files, and every 30 s).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +33,7 @@ class CertificateError(ValueError):
 @dataclass(frozen=True)
 class LoadedCert:
     context: ssl.SSLContext
-    fingerprint: str
+    files: bytes  # what was read: certificate, key and client CA, NUL-separated
     not_after: dt.datetime
 
 
@@ -63,24 +65,38 @@ def build_context(cert: Path, key: Path, client_ca: Path | None = None) -> ssl.S
     return context
 
 
-def load(cert: Path, key: Path, client_ca: Path | None = None,
-         now: dt.datetime | None = None) -> LoadedCert:
-    """Read and check the files; an expired or not yet valid certificate is refused."""
+def read_files(cert: Path, key: Path, client_ca: Path | None = None) -> bytes:
+    """The raw bytes of the files, NUL-separated (PEM holds no NUL); unparsed."""
     try:
         cert_pem = read_regular(cert, MAX_FILE_BYTES)
         key_pem = read_regular(key, MAX_FILE_BYTES)
         ca_pem = read_regular(client_ca, MAX_FILE_BYTES) if client_ca is not None else b""
-        parsed = x509.load_pem_x509_certificate(cert_pem)
-        not_before, not_after = parsed.not_valid_before_utc, parsed.not_valid_after_utc
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
         raise CertificateError(f"cannot read {cert} / {key}: {exc}") from exc
+    return b"\0".join((cert_pem, key_pem, ca_pem))
+
+
+def _check_validity(cert: Path, not_before: dt.datetime, not_after: dt.datetime,
+                    now: dt.datetime | None) -> None:
     now = now or dt.datetime.now(dt.UTC)
     if not_after <= now:
         raise CertificateError(f"{cert} expired at {not_after.isoformat()}")
     if not_before > now:
         raise CertificateError(f"{cert} is not valid before {not_before.isoformat()}")
-    fingerprint = hashlib.sha256(cert_pem + b"\0" + key_pem + b"\0" + ca_pem).hexdigest()
-    return LoadedCert(build_context(cert, key, client_ca), fingerprint, not_after)
+
+
+def load(cert: Path, key: Path, client_ca: Path | None = None,
+         now: dt.datetime | None = None, files: bytes | None = None) -> LoadedCert:
+    """Read (unless ``files`` holds what :func:`read_files` read) and check the files; an
+    expired or not yet valid certificate is refused."""
+    if files is None:
+        files = read_files(cert, key, client_ca)
+    try:
+        parsed = x509.load_pem_x509_certificate(files.split(b"\0", 1)[0])
+    except ValueError as exc:
+        raise CertificateError(f"cannot read {cert} / {key}: {exc}") from exc
+    _check_validity(cert, parsed.not_valid_before_utc, parsed.not_valid_after_utc, now)
+    return LoadedCert(build_context(cert, key, client_ca), files, parsed.not_valid_after_utc)
 
 
 class CertificateStore:
@@ -110,14 +126,21 @@ class CertificateStore:
         """Load changed files; True if a new certificate is now served.
 
         Raises :class:`CertificateError` (and keeps the current one) if they are unusable.
+        Files with the bytes being served are not parsed again: only their expiry is
+        checked.
         """
         try:
-            loaded = load(self.cert_path, self.key_path, self.client_ca)
+            files = read_files(self.cert_path, self.key_path, self.client_ca)
+            if files == self.current.files:
+                if self.current.not_after <= dt.datetime.now(dt.UTC):
+                    raise CertificateError(
+                        f"{self.cert_path} expired at {self.current.not_after.isoformat()}")
+                self.failing = False
+                return False
+            loaded = load(self.cert_path, self.key_path, self.client_ca, files=files)
         except CertificateError:
             self.failing = True
             raise
         self.failing = False
-        if loaded.fingerprint == self.current.fingerprint:
-            return False
         self.current = loaded
         return True

@@ -15,32 +15,43 @@ with ``limit_concurrency``, eventually push real admissions into 503s). So:
 - a request timeout from connection (or from the first byte of a request) until the
   whole request, headers and body, is in: slowloris, trickled bodies and silent
   connections are answered 408 and closed (the app itself then never waits on a body);
-- a cap on the size of the request line and headers (431 and close);
+- a cap on the size of the request line and headers (431 and close), counted by the
+  parser's callbacks, so it holds however the bytes are split into reads (it was checked
+  only across reads: a 66,000-byte request line in one write was served);
+- a bounded queue per connection: while a request waits behind the one being answered
+  (pipelining), the connection is not read. uvicorn pauses reading when it queues a
+  pipelined request but resumes it as soon as the next one starts (its ``receive``), so
+  a client that pipelines and never reads its answers made the queue grow without bound.
+  Now a connection holds at most what one read brought in, plus the answer being written
+  (a write that stalls is cut by the write timeout);
+- a bounded slice: a review over 64 KiB is decided in another process and every body is
+  parsed with the garbage collector paused (app.py), and a read answers at most one
+  admission itself (below): what else it brought waits in uvicorn's queue, one task per
+  request, so one connection holds the loop for one request at a time while others wait;
+- idle connections make room: at ``--max-connections`` uvicorn answers every new request
+  503, so idle keep-alive connections (any client can open a thousand) could lock out the
+  API server and the kubelet's probes, and get the pod restarted. A request that arrives
+  at the limit now closes the connections idle the longest first (no request in progress,
+  oldest idle first) and is served; only a server whose every connection is busy answers
+  503. (The API server keeps at most ~25 idle connections per replica; the kubelet's
+  probes open a new connection each time.)
 - a write-stall timeout: a client that has not read its response for that long is cut;
 - on graceful shutdown, a request already being received is answered (with
   ``Connection: close``) instead of dropped with its connection;
 - a connection lost with an error releases its keep-alive timer (and so its memory) at
   once; uvicorn keeps it armed for the whole keep-alive timeout.
 
-And it answers ``POST /mutate/<profile>`` with a body of at most OFFLOAD_BYTES itself, when
-the body is in (:meth:`GuardedHttpToolsProtocol.on_message_complete`): the admission's
-bytes from :meth:`Admission.respond <webhook.server.app.Admission.respond>`, the response
-in one write, the same bytes uvicorn would send. uvicorn's per-request machinery (a scope,
-a task, a RequestResponseCycle with its event, the ASGI messages) cost ~20 µs per
-admission, as much as parsing the review. Anything else (another route, a bigger or
-chunked body, ``Expect: 100-continue``, a request pipelined behind one still being
-answered, paused writing, shutdown, the concurrency limit) takes uvicorn's ASGI path.
-
-Those keep-alive answers are written once the event loop has read every connection that
-was ready (:class:`Outbox`), not one by one between admissions. Each ``write(2)`` to a
-client asleep in ``epoll_wait`` wakes it, and that wake-up (an inter-processor interrupt,
-a VM exit on a virtual machine) was ~20 µs of the server's own CPU per admission under
-load, more than parsing the review; written back to back, the client is mostly still
-awake from the first (BENCHMARKS.md). An answer waits at most for the admissions read
-with it (with one connection ready, not at all), and anything else that writes or closes
-the connection (another route's answer, a 400, 408 or 431, end of input, shutdown) sends
-what waits first, so the order on the wire is unchanged. Closing answers are written at
-once.
+And it answers ``POST /mutate/<profile>`` (kube-apiserver's ``?timeout=`` query and all)
+with a body of at most OFFLOAD_BYTES itself, when the body is in
+(:meth:`GuardedHttpToolsProtocol.on_message_complete`): the admission's bytes from
+:meth:`Admission.respond <webhook.server.app.Admission.respond>`, the response in one
+write, the same bytes uvicorn would send. uvicorn's per-request machinery (a scope, a task,
+a RequestResponseCycle with its event, the ASGI messages) cost 12 % of the server's CPU per
+admission behind kube-apiserver (BENCHMARKS.md, "One server path"). Anything else (another
+route, a bigger or chunked body, ``Expect: 100-continue``, a second request in the same
+read, a request pipelined behind one still being answered, paused writing, shutdown, the
+concurrency limit) takes uvicorn's path. (The Outbox that once delayed these writes to the
+end of the loop's pass went: behind the API server it cost 3 %.)
 
 The keep-alive timeout between requests stays uvicorn's (longer than the API server's
 90 s idle timeout, see options.py). The server owns its TLS listener (a handshake timeout),
@@ -50,6 +61,7 @@ reports readiness and drains on SIGTERM.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import socket
 import ssl
 import time
@@ -57,9 +69,10 @@ import weakref
 from functools import cache
 from http import HTTPStatus
 from types import FrameType
-from typing import Any, ClassVar
+from typing import Any
 
 import uvicorn
+from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from webhook.logs import get_logger
@@ -78,38 +91,29 @@ def _status_line(status: int) -> bytes:
     return b"HTTP/1.1 %d %s\r\n" % (status, HTTPStatus(status).phrase.encode())
 
 
-class Outbox:
-    """The event loop's keep-alive admission answers not yet written: sent together once
-    the loop has handled every connection that was ready (a ``call_soon`` callback runs
-    after this pass's I/O callbacks). See the top for why."""
+class _HeadersTooLarge(Exception):
+    """Raised from a parser callback: stops httptools in the middle of a read."""
 
-    _of_loop: ClassVar[weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Outbox]] = (
-        weakref.WeakKeyDictionary())
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.waiting: list[GuardedHttpToolsProtocol] = []
+class BoundedFlow(FlowControl):
+    """uvicorn's flow control, except that reading stays paused while a request waits in
+    the connection's queue (see the top).
 
-    @classmethod
-    def of(cls, loop: asyncio.AbstractEventLoop) -> Outbox:
-        outbox = cls._of_loop.get(loop)
-        if outbox is None:
-            outbox = cls._of_loop[loop] = cls(loop)
-        return outbox
+    It refers to its protocol weakly: a reference cycle would leave every closed
+    connection (its TLS buffers included) to the cyclic garbage collector, which frees
+    objects that lived a few seconds only in rare full collections; under 128 clients
+    reconnecting every 2 s the server grew 4 MiB a round."""
 
-    def add(self, protocol: GuardedHttpToolsProtocol) -> None:
-        if not self.waiting:
-            self.loop.call_soon(self.send)
-        self.waiting.append(protocol)
+    def __init__(self, transport: asyncio.Transport, protocol: GuardedHttpToolsProtocol
+                 ) -> None:
+        super().__init__(transport)
+        self._protocol = weakref.ref(protocol)
 
-    def send(self) -> None:
-        waiting, self.waiting = self.waiting, []
-        for protocol in waiting:
-            try:
-                protocol.send_unsent()
-            except Exception:  # one broken connection must not keep the others' answers
-                log.exception("writing admission answers failed; connection aborted")
-                protocol.transport.abort()
+    def resume_reading(self) -> None:
+        protocol = self._protocol()
+        if protocol is not None and protocol.pipeline:
+            return  # answered in turn; reading resumes when the queue is empty
+        super().resume_reading()
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
@@ -120,12 +124,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     limit with httptools). Uses ``cycle`` and its ``response_started``,
     ``response_complete``, ``disconnected``, ``keep_alive`` and ``message_event``, the
     parser callbacks, ``loop``, ``transport`` and ``_unset_keepalive_if_required``; the
-    admission fast path also ``app``, ``parser``, ``url``, ``headers``, ``root_path``,
-    ``expect_100_continue``, ``pipeline``, ``flow``, ``limit_concurrency``,
-    ``connections``, ``tasks``, ``server_state.default_headers`` and
-    ``on_response_complete``; the Outbox also ``eof_received``, ``send_400_response``,
-    ``handle_websocket_upgrade`` and ``timeout_keep_alive_handler``, to send what waits
-    before uvicorn writes or closes.
+    queue bound ``flow`` (uvicorn's FlowControl, subclassed) and ``pipeline``; making room
+    ``connections``, ``tasks`` and ``limit_concurrency`` (the limit uvicorn checks in
+    ``on_headers_complete``); the admission fast path also ``app``, ``parser``, ``url``,
+    ``headers``, ``root_path``, ``expect_100_continue``, ``server_state.default_headers``,
+    ``logger`` and ``on_response_complete``.
     """
 
     request_timeout: float = ServeOptions.request_timeout
@@ -138,9 +141,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._write_timer: asyncio.TimerHandle | None = None
         self._in_headers = False  # between the first byte of a request and its headers' end
         self._in_body = False  # between the end of the headers and the end of the body
-        self._header_bytes = 0
+        self._header_bytes = 0  # raw bytes of the request's head, across reads
+        self._head_fields = 0  # its request target and header fields, from the parser
         self._requests = 0
         self._shutting_down = False
+        self._idle_since = time.monotonic()  # when the last request was answered
         app = self.app
         self._admission: Admission | None = (
             app.endpoint if isinstance(app, SwapwiseApp) and not self.root_path else None)
@@ -148,9 +153,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._fast_profile: str | None = None
         self._fast_body: list[bytes] = []
         self._fast_keep_alive = True
+        self._fast_in_read = False  # this read already had its admission answered fast
         self._discarding = False  # a request pipelined behind a fast answer that closed
-        self._unsent: list[bytes] = []  # keep-alive answers waiting for the Outbox
-        self._outbox = Outbox.of(self.loop)
 
     # -- timers
 
@@ -167,7 +171,6 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._request_timer = None
         if self.transport.is_closing():
             return
-        self.send_unsent()
         cycle = self._cycle_pending()
         if self._in_headers or (self._in_body and self._fast_profile is not None) \
                 or (self._in_body and cycle is not None and not cycle.response_started):
@@ -184,7 +187,6 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         return None if self._fast_profile is not None else self.cycle
 
     def _reject(self, status: int, message: bytes) -> None:
-        self.send_unsent()
         reason = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}[status]
         self.transport.write(
             b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\n"
@@ -197,11 +199,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self.flow = BoundedFlow(transport, self)
         self._arm_request_timer()  # the first request must start and finish its headers in time
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_request_timer()
-        self._unsent.clear()
         if self._write_timer is not None:
             self._write_timer.cancel()
             self._write_timer = None
@@ -218,39 +220,39 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self.cycle is None or self.cycle.response_complete))
         if counting:
             self._header_bytes += len(data)
+        self._fast_in_read = False
         super().data_received(data)
         if self._in_headers and self._header_bytes > self.max_header_bytes \
                 and not self.transport.is_closing():
             self._reject(431, b"request headers too large")
 
     def send_400_response(self, msg: str) -> None:
-        # Older uvicorn (0.30.0) has httptools refuse data after a request with Connection:
-        # close (newer ones set it lenient): when the fast path has answered that request
-        # and closed, the connection has nothing more to say.
         if self.transport.is_closing():
             return
-        self.send_unsent()
+        if self._head_fields > self.max_header_bytes:  # the parser stopped on our signal
+            self._reject(431, b"request headers too large")
+            return
         super().send_400_response(msg)
 
-    def handle_websocket_upgrade(self) -> None:
-        self.send_unsent()  # the connection is handed to another protocol
-        super().handle_websocket_upgrade()
-
-    def eof_received(self) -> None:
-        # The client sent its last request and shut down its side; the transport closes
-        # when this returns (uvicorn's returns None): what waits goes out first.
-        self.send_unsent()
-        super().eof_received()
-
-    def timeout_keep_alive_handler(self) -> None:
-        self.send_unsent()
-        super().timeout_keep_alive_handler()
+    def _count_head(self, size: int) -> None:
+        self._head_fields += size
+        if self._head_fields > self.max_header_bytes:
+            raise _HeadersTooLarge  # httptools stops here; uvicorn answers via send_400
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._in_headers = True
+        self._head_fields = 0
         if self._request_timer is None:
             self._arm_request_timer()
+
+    def on_url(self, url: bytes) -> None:
+        self._count_head(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count_head(len(name) + len(value) + 4)  # ": " and CRLF
+        super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
         self._in_headers = False
@@ -262,14 +264,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             # not answered, as uvicorn leaves such requests queued behind its cycle.
             self._discarding = True
             return
+        limit = self.limit_concurrency
+        if limit is not None and len(self.connections) >= limit:
+            self._make_room(len(self.connections) - limit + 1)
         profile = self._fast_admission()
         if profile is not None:
             self._fast_profile = profile
             self._fast_keep_alive = self.parser.should_keep_alive()
             return
-        # uvicorn's cycle writes from a task, which the Outbox's callback precedes; sent
-        # here so that the order on the wire does not rest on that.
-        self.send_unsent()
         super().on_headers_complete()
         if self._shutting_down and self.cycle is not None:
             self.cycle.keep_alive = False
@@ -278,16 +280,19 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         """The profile, if this request is an admission the fast path answers (see the top)."""
         url = self.url
         if self._admission is None or not url.startswith(ADMISSION_URL) \
-                or self.parser.get_method() != b"POST" or self.expect_100_continue \
-                or self.parser.get_http_version() != "1.1" or self.parser.should_upgrade() \
-                or self._shutting_down or self.pipeline or self.flow.write_paused \
+                or self._fast_in_read or self.parser.get_method() != b"POST" \
+                or self.expect_100_continue or self.parser.get_http_version() != "1.1" \
+                or self.parser.should_upgrade() or self._shutting_down or self.pipeline \
+                or self.flow.write_paused \
                 or (self.cycle is not None and not self.cycle.response_complete):
             return None
         limit = self.limit_concurrency  # over it, uvicorn's path answers 503
         if limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit):
             return None
-        # A plain path (no query, fragment or escapes) is the ASGI scope's path as is.
-        if not url.isascii() or b"%" in url or b"?" in url or b"#" in url:
+        # A plain path (no fragment or escapes) is the ASGI scope's path as is; the query
+        # (kube-apiserver always sends ?timeout=) is not the route's business.
+        url = url.partition(b"?")[0]
+        if not url.isascii() or b"%" in url or b"#" in url:
             return None
         length = None
         for name, value in self.headers:
@@ -317,6 +322,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         """Answer the admission just received, as uvicorn's cycle would write it."""
         chunks, self._fast_body = self._fast_body, []
         self._fast_profile = None
+        self._fast_in_read = True
         assert self._admission is not None
         try:
             status, content = self._admission.respond(
@@ -335,24 +341,28 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             response += [name, b": ", value, b"\r\n"]
         response += [head, b"content-length: %d\r\n" % len(content),
                      b"connection: close\r\n\r\n" if close else b"\r\n", content]
+        self.transport.write(b"".join(response))
         if close:
-            self.send_unsent()
-            self.transport.write(b"".join(response))
             self.transport.close()
-        else:
-            if not self._unsent:
-                self._outbox.add(self)
-            self._unsent.append(b"".join(response))
         self.on_response_complete()
 
-    def send_unsent(self) -> None:
-        """Write the keep-alive answers waiting for the :class:`Outbox`, in order."""
-        if not self._unsent:
-            return
-        data = self._unsent[0] if len(self._unsent) == 1 else b"".join(self._unsent)
-        self._unsent.clear()
-        if not self.transport.is_closing():
-            self.transport.write(data)
+    def on_response_complete(self) -> None:
+        self._idle_since = time.monotonic()
+        super().on_response_complete()
+
+    def _idle(self) -> bool:
+        """No request in progress or queued: closing loses nothing."""
+        cycle = self.cycle
+        return not (self._in_headers or self._in_body or self.pipeline) \
+            and (cycle is None or cycle.response_complete) and not self.transport.is_closing()
+
+    def _make_room(self, needed: int) -> None:
+        """Close the ``needed`` connections idle the longest (see the top)."""
+        idle = [c for c in self.connections
+                if c is not self and isinstance(c, GuardedHttpToolsProtocol) and c._idle()]
+        for connection in heapq.nsmallest(needed, idle, key=lambda c: c._idle_since):
+            self.connections.discard(connection)
+            connection.transport.close()
 
     def pause_writing(self) -> None:
         super().pause_writing()
@@ -367,14 +377,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def _write_stalled(self) -> None:
         self._write_timer = None
-        self._unsent.clear()
         self.transport.abort()  # a client that does not read its answers is gone
 
     def shutdown(self) -> None:
         """Graceful shutdown: finish what was started, close what is idle (uvicorn closes a
         connection whose request is still arriving; no uvicorn issue for it found)."""
         self._shutting_down = True
-        self.send_unsent()
         if self._in_headers or self._in_body:
             cycle = self._cycle_pending()
             if cycle is not None and not cycle.response_complete:
@@ -388,7 +396,6 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().shutdown()
 
     def _close_if_idle(self) -> None:
-        self.send_unsent()
         if not (self._in_headers or self._in_body) \
                 and (self.cycle is None or self.cycle.response_complete):
             self.transport.close()
