@@ -35,7 +35,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 RUN groupadd --system --gid 65532 swapwise \
  && useradd --system --uid 65532 --gid 65532 --no-create-home \
       --home-dir /nonexistent --shell /usr/sbin/nologin swapwise
-# The wheels are bind-mounted from the builder, so they never land in a layer.
+# The wheels are bind-mounted from the builder, so they never land in a layer. buildah's
+# layer cache does not look into a bind mount: the digest of the sources (hack/build-image.sh
+# passes it) keeps it from reusing an install of older wheels. Docker's BuildKit needs none.
+ARG SOURCE_DIGEST=none
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
     pip install --no-cache-dir --no-index --find-links /wheels /wheels/swapwise-*.whl
 USER 65532:65532

@@ -44,6 +44,12 @@ fi
 bah=(buildah --root "$cache/storage" --runroot "$cache/run" --storage-driver vfs)
 
 build_args=(--build-arg "VERSION=$version")
+# What goes into the wheel (.dockerignore): its digest is part of the install layer's cache
+# key, which buildah otherwise takes from the instruction alone (see the Dockerfile).
+source_digest=$(cd "$repo" && { find pyproject.toml README.md LICENSE constraints/newest.txt \
+  webhook -type f ! -path '*/__pycache__/*' ! -name '*.py[cod]' -print0 2>/dev/null || true; } \
+  | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
+build_args+=(--build-arg "SOURCE_DIGEST=$source_digest")
 if $local_base; then
   # Debian bookworm's python3 is 3.11, as upstream's python:3.11-slim-bookworm. What upstream
   # has and Debian's root does not: pip on PATH, `python`, and pip allowed to install into

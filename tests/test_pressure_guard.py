@@ -48,7 +48,8 @@ from webhook.labeller.pressure import (
 
 DATA = Path(__file__).resolve().parent / "data"
 # The defaults: reads every 10 s, mark >= 40 % for 60 s, clear < 10 % for 120 s.
-SETTINGS = PressureSettings()
+# The hysteresis tests pin their settings (40 % / 10 %, 60 s / 120 s): the defaults may move.
+SETTINGS = PressureSettings(mark_above=40, clear_below=10, mark_after=60, clear_after=120)
 MARK = "marked: memory PSI some avg10 {some}% >= 40% for {secs} s (full avg10 {full}%) at {at}"
 CLEAR = "cleared: memory PSI some avg10 {some}% < 10% for {secs} s (full avg10 {full}%) at {at}"
 
@@ -194,7 +195,8 @@ def test_a_mark_read_from_the_node_is_kept_until_the_clear_window_passes() -> No
 
 
 def test_zero_windows_act_on_the_first_read() -> None:
-    tracker = NodePressure(PressureSettings(mark_after=0, clear_after=0), False)
+    tracker = NodePressure(PressureSettings(mark_above=40, clear_below=10, mark_after=0,
+                                            clear_after=0), False)
     assert run(tracker, [(0, 39.0), (10, 40.0), (20, 25.0), (30, 9.0)]) == [
         (10, "mark"), (30, "clear")]
 
@@ -217,7 +219,7 @@ def test_figures_in_the_messages_are_the_last_read_and_the_window_seen() -> None
     ({"interval": math.nan}, "finite"),
     ({"mark_above": math.inf}, "finite"),
     ({"clear_below": 0}, "0 < --pressure-clear-below <= --pressure-mark-above <= 100"),
-    ({"clear_below": 50}, "0 < --pressure-clear-below <= --pressure-mark-above <= 100"),
+    ({"clear_below": 70}, "0 < --pressure-clear-below <= --pressure-mark-above <= 100"),
     ({"mark_above": 101}, "0 < --pressure-clear-below <= --pressure-mark-above <= 100"),
     ({"mark_after": -1}, "must not be negative"),
     ({"clear_after": -0.5}, "must not be negative"),

@@ -27,6 +27,7 @@ from tests.e2e.fakekubelet import fake_kubelets, host_address
 from tests.e2e.test_labeller import GI, LIMITED, LabellerProcess
 from tests.monitoring.prom import RULES, Prometheus, queries
 from tests.support.pods import container, guaranteed, pod, review
+from webhook.labeller.pressure import DEFAULT_CLEAR_BELOW, DEFAULT_MARK_ABOVE
 
 pytestmark = pytest.mark.e2e
 
@@ -148,6 +149,6 @@ def test_the_pressure_panel_shows_the_nodes_psi_and_the_thresholds(monitored: Mo
     assert series[PSI_NODE] == 12.5
     thresholds = {r["metric"]["bound"]: float(r["value"][1]) for r in monitored.prom.query(
         "max by (bound) (swapwise_labeller_pressure_threshold_percent)")}
-    assert thresholds == {"mark": 40.0, "clear": 10.0}
+    assert thresholds == {"mark": DEFAULT_MARK_ABOVE, "clear": DEFAULT_CLEAR_BELOW}
     [marked] = monitored.prom.query("max(swapwise_labeller_pressure_marked_nodes)")
     assert float(marked["value"][1]) == 0

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import itertools
 import json
 import os
 import shutil
@@ -477,6 +478,26 @@ class PressureLog:
 
     def first(self, start: float, predicate: Any) -> PressureSample | None:
         return next((s for s in self.since(start) if predicate(s)), None)
+
+    def run_start(self, end: float, predicate: Any) -> PressureSample | None:
+        """The first sample of the uninterrupted run of samples meeting ``predicate`` that
+        the last sample before ``end`` belongs to: since when the guard's condition has held
+        without a break, as far as the guest's own PSI shows (None if it does not hold at
+        ``end``). A pressure that rises, dips under the threshold and rises again restarts
+        the guard's window, so latency is measured from the start of the last rise."""
+        start = None
+        for sample in reversed([s for s in list(self.samples) if s.at <= end]):
+            if not predicate(sample):
+                break
+            start = sample
+        return start
+
+    def spacing(self, start: float, end: float) -> float:
+        """The median time between two samples over a stretch: the resolution of the
+        latencies measured from them."""
+        times = [s.at for s in self.since(start, end)]
+        gaps = sorted(b - a for a, b in itertools.pairwise(times))
+        return gaps[len(gaps) // 2] if gaps else 0.0
 
 
 def main() -> None:

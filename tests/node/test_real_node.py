@@ -589,9 +589,12 @@ def test_unbacked_overcommits_and_the_pressure_guard_holds_new_pods_back(
             node.wait_for(lambda: node.node()["metadata"].get("labels", {}).get(PRESSURE_LABEL),
                           900, interval=5, what="the pressure guard to mark the node")
             marked_at = time.monotonic()
-            above = pressure_log.first(start, lambda s: s.some >= GUARD["mark_above"])
+            above = pressure_log.run_start(marked_at, lambda s: s.some >= GUARD["mark_above"])
             assert above is not None, pressure_log.since(start)
+            first = pressure_log.first(start, lambda s: s.some >= GUARD["mark_above"])
             results["pressure.thrash.marked_after_s"] = round(marked_at - above.at, 1)
+            results["pressure.thrash.first_above_after_s"] = round(marked_at - first.at, 1) \
+                if first is not None else None
             annotation = node.node()["metadata"]["annotations"][PRESSURE_ANNOTATION]
             assert annotation.startswith("marked:"), annotation
 
@@ -612,9 +615,12 @@ def test_unbacked_overcommits_and_the_pressure_guard_holds_new_pods_back(
         node.wait_for(lambda: PRESSURE_LABEL not in node.node()["metadata"].get("labels", {}),
                       900, interval=5, what="the pressure guard to clear the mark")
         cleared_at = time.monotonic()
-        below = pressure_log.first(marked_at, lambda s: s.some < GUARD["clear_below"])
+        below = pressure_log.run_start(cleared_at, lambda s: s.some < GUARD["clear_below"])
         assert below is not None, pressure_log.since(marked_at)
         results["pressure.recovery.cleared_after_s"] = round(cleared_at - below.at, 1)
+        results["pressure.sample_spacing_s"] = round(pressure_log.spacing(start, cleared_at), 1)
+        results["pressure.thrash.samples"] = [
+            (round(s.at - start), s.some, s.marked) for s in pressure_log.since(start)]
         late_node = node.wait_for(
             lambda: cp.get_json("pod", "late", "-n", late)["spec"].get("nodeName"), 300,
             what="the pending reshaped pod to be placed once the mark is gone")
