@@ -88,6 +88,12 @@ def k8s_version(line: str = DEFAULT_LINE) -> str:
 K8S_VERSION = k8s_version()  # e.g. v1.34.4, or v1.37.2 with SWAPWISE_K8S_VERSION=1.37
 SWAP_LABEL = "feature.node.kubernetes.io/memory-swap"
 PROFILE_LABEL = "swapwise.io/profile"
+SERVICE_CIDR = "10.96.0.0/24"
+BUILD_SCRIPT = E2E_DIR / "build-control-plane.sh"
+BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl")
+ALL_BINARIES = (*BINARIES, HELM_NAME)  # what the e2e tests need of build-control-plane.sh
+
+T = TypeVar("T")
 
 
 def swap_node_labels(swap: int, memory: int) -> dict[str, str]:
@@ -97,12 +103,6 @@ def swap_node_labels(swap: int, memory: int) -> dict[str, str]:
     it is (a labeller removes it from nodes it judges not to be swap nodes)."""
     return {SWAP_LABEL: "true", BEHAVIOR_LABEL: "LimitedSwap",
             PERMILLE_LABEL: str(node_permille(swap, memory))}
-SERVICE_CIDR = "10.96.0.0/24"
-BUILD_SCRIPT = E2E_DIR / "build-control-plane.sh"
-BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl")
-ALL_BINARIES = (*BINARIES, HELM_NAME)  # what the e2e tests need of build-control-plane.sh
-
-T = TypeVar("T")
 
 
 class ClusterError(RuntimeError):
