@@ -11,6 +11,7 @@ by ``make node-e2e``) turns the skip into a failure, so CI can never skip it sil
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -140,6 +141,10 @@ def swapwise(control_plane: ControlPlane) -> Iterator[Installation]:
 # The pressure guard of the scenarios' label-nodes: the default thresholds, windows shorter
 # than the defaults (so the suite waits less), read every 5 s.
 GUARD = {"interval": 5, "mark_above": 40, "mark_after": 30, "clear_below": 10, "clear_after": 60}
+# How far the guard's view may trail the guest kernel's: it reads the kubelet's Summary, whose
+# node PSI is cadvisor's (refreshed every 10-15 s), every 5 s, and a read of a thrashing
+# node's kubelet has taken tens of seconds; the test looks at the label every 5 s.
+GUARD_LAG = 60.0
 
 
 class Labeller:
@@ -181,6 +186,7 @@ def labeller(control_plane: ControlPlane, node: RealNode) -> Iterator[Labeller]:
         yield proc
     finally:
         proc.component.stop()
+        keep(proc.component.log_path)
 
 
 @pytest.fixture(scope="session")
@@ -188,6 +194,14 @@ def pressure_log(node: RealNode, labeller: Labeller) -> Iterator[PressureLog]:
     """The guest's memory PSI and the guard's mark, sampled all session long."""
     with PressureLog(node, PRESSURE_LABEL) as log:
         yield log
+    keep(node.share / "psi.log")
+
+
+def keep(path: Path) -> None:
+    """A log the run's figures come from, next to results.json (build/ outlives the run)."""
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(OSError):
+        shutil.copyfile(path, RESULTS.parent / path.name)
 
 
 @pytest.fixture(scope="session")
@@ -218,3 +232,6 @@ def pytest_runtest_makereport(
         if isinstance(real, RealNode):
             report.sections.append(("real node logs", real.logs()))
             report.sections.append(("control plane logs", real.cp.logs(20)))
+        labeller_ = getattr(item, "funcargs", {}).get("labeller")
+        if isinstance(labeller_, Labeller):
+            report.sections.append(("label-nodes log", labeller_.component.tail(40)))

@@ -24,6 +24,7 @@ import contextlib
 import ipaddress
 import itertools
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -423,74 +424,109 @@ class RealNode:
 
 @dataclass(frozen=True)
 class PressureSample:
-    """One look at the node: when (host monotonic), the guest's memory PSI (avg10, percent)
-    and whether the node carried the pressure guard's mark."""
+    """The guest kernel's memory PSI (avg10, percent) at one moment (host monotonic)."""
 
     at: float
     some: float
     full: float
-    marked: bool
 
 
 @dataclass
 class PressureLog:
-    """The node's memory pressure and the guard's mark, sampled in the background for the
-    whole session: the scenarios ask what they were over their own stretch of time.
+    """The node's memory pressure and the guard's mark, for the whole session: the scenarios
+    ask what they were over their own stretch of time.
 
-    The PSI is the guest kernel's own (``/proc/pressure/memory`` through status.json), the
-    ground truth the labeller's reading through the kubelet is checked against."""
+    The PSI is the guest kernel's own, the ground truth the labeller's reading through the
+    kubelet is checked against: ``psi.log``, one line a second from a guest loop of shell
+    builtins that keeps writing while the node thrashes (the status.json loop forks hundreds
+    of times a pass and stalled for minutes there). Its lines carry the guest's uptime; they
+    are placed on the host's clock by the smallest (host time of a read - uptime of the
+    newest line read) seen, which is the offset plus at most the read interval. The mark is
+    the node's label, looked up through the API server every ``mark_interval`` seconds."""
 
     node: RealNode
     label: str
-    interval: float = 5.0
-    samples: list[PressureSample] = field(default_factory=list)
+    interval: float = 1.0
+    mark_interval: float = 5.0
+    marks: list[tuple[float, bool]] = field(default_factory=list)
+    _lines: list[tuple[float, float, float]] = field(default_factory=list)  # uptime, some, full
+    _offset: float = math.inf
     _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    _threads: list[threading.Thread] = field(default_factory=list)
 
     def __enter__(self) -> PressureLog:
-        self._thread = threading.Thread(target=self._run, name="pressure-log", daemon=True)
-        self._thread.start()
+        for target, name in ((self._read_psi, "psi-log"), (self._read_marks, "mark-log")):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
+        for thread in self._threads:
+            thread.join(timeout=30)
 
-    def _run(self) -> None:
-        last_uptime = -1.0
+    def _read_psi(self) -> None:
+        path, position, partial = self.node.share / "psi.log", 0, ""
         while not self._stop.wait(self.interval):
-            with contextlib.suppress(Exception):  # a torn read or a slow kubectl: next time
-                status = self.node.status()
-                if status["uptime_s"] == last_uptime:
-                    continue  # the guest has not written a newer one: no new evidence
-                last_uptime = status["uptime_s"]
-                psi = self.node.memory_pressure(status)
+            with contextlib.suppress(OSError):
+                with path.open() as f:
+                    if os.fstat(f.fileno()).st_size < position:
+                        position, partial = 0, ""  # a new guest truncated it
+                    f.seek(position)
+                    chunk = f.read()
+                    position = f.tell()
+                now = time.monotonic()
+                *complete, partial = (partial + chunk).split("\n")
+                for line in complete:
+                    with contextlib.suppress(ValueError):
+                        uptime, some, full = (float(v) for v in line.split())
+                        self._lines.append((uptime, some, full))
+                if complete and self._lines:
+                    self._offset = min(self._offset, now - self._lines[-1][0])
+
+    def _read_marks(self) -> None:
+        while not self._stop.wait(self.mark_interval):
+            with contextlib.suppress(Exception):  # a slow kubectl: next time
                 labels = self.node.node()["metadata"].get("labels", {})
-                self.samples.append(PressureSample(time.monotonic(), psi["some_avg10"],
-                                                   psi["full_avg10"], self.label in labels))
+                self.marks.append((time.monotonic(), self.label in labels))
 
     def since(self, start: float, end: float | None = None) -> list[PressureSample]:
-        return [s for s in list(self.samples) if s.at >= start and (end is None or s.at <= end)]
+        offset = self._offset
+        if offset == math.inf:
+            return []  # no line read yet
+        samples = (PressureSample(uptime + offset, some, full)
+                   for uptime, some, full in list(self._lines))
+        return [s for s in samples if s.at >= start and (end is None or s.at <= end)]
 
     def max_some(self, start: float, end: float | None = None) -> float:
         return max((s.some for s in self.since(start, end)), default=0.0)
 
+    def marked_between(self, start: float, end: float | None = None) -> bool | None:
+        """Whether any look at the node in the stretch saw the mark (None: no look)."""
+        seen = [m for at, m in list(self.marks) if at >= start and (end is None or at <= end)]
+        return any(seen) if seen else None
+
     def first(self, start: float, predicate: Any) -> PressureSample | None:
         return next((s for s in self.since(start) if predicate(s)), None)
 
-    def run_start(self, end: float, predicate: Any) -> PressureSample | None:
-        """The first sample of the uninterrupted run of samples meeting ``predicate`` that
-        the last sample before ``end`` belongs to: since when the guard's condition has held
-        without a break, as far as the guest's own PSI shows (None if it does not hold at
-        ``end``). A pressure that rises, dips under the threshold and rises again restarts
-        the guard's window, so latency is measured from the start of the last rise."""
-        start = None
-        for sample in reversed([s for s in list(self.samples) if s.at <= end]):
-            if not predicate(sample):
-                break
-            start = sample
-        return start
+    def recent_run(self, end: float, predicate: Any, lag: float
+                   ) -> tuple[PressureSample, PressureSample] | None:
+        """First and last sample of the latest uninterrupted run of samples meeting
+        ``predicate`` that was still going ``lag`` seconds before ``end`` (None if there is
+        none): what the guard saw when it acted at ``end``. The guard reads the kubelet,
+        whose figures lag the kernel's (cadvisor's housekeeping, the read interval), so the
+        run may have ended a little before the action. A pressure that rises, dips under the
+        threshold and rises again restarts the guard's window, so latency is measured from
+        the start of the last rise."""
+        samples = self.since(0.0, end)
+        last = next((i for i in range(len(samples) - 1, -1, -1) if predicate(samples[i])), None)
+        if last is None or samples[last].at < end - lag:
+            return None
+        first = last
+        while first > 0 and predicate(samples[first - 1]):
+            first -= 1
+        return samples[first], samples[last]
 
     def spacing(self, start: float, end: float) -> float:
         """The median time between two samples over a stretch: the resolution of the
@@ -498,6 +534,17 @@ class PressureLog:
         times = [s.at for s in self.since(start, end)]
         gaps = sorted(b - a for a, b in itertools.pairwise(times))
         return gaps[len(gaps) // 2] if gaps else 0.0
+
+    def describe(self, start: float, end: float | None = None, every: float = 5.0) -> str:
+        """The stretch for a failure message: one sample per ``every`` seconds, the marks."""
+        shown, last = [], -math.inf
+        for s in self.since(start, end):
+            if s.at - last >= every:
+                shown.append(f"{s.at - start:.0f}s:{s.some:g}")
+                last = s.at
+        marks = [f"{at - start:.0f}s:{int(m)}" for at, m in list(self.marks)
+                 if at >= start and (end is None or at <= end)]
+        return f"guest some avg10 {' '.join(shown) or 'no samples'}; marks {' '.join(marks)}"
 
 
 def main() -> None:

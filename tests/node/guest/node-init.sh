@@ -12,6 +12,7 @@
 #        poweroff (a request)
 #   out: node.log (milestones), kubelet.log, containerd.log, status.json (every 2 s: meminfo,
 #        vmstat, memory pressure (PSI), every container cgroup's memory and swap files),
+#        psi.log (every 1 s, even when the node thrashes: "UPTIME SOME_AVG10 FULL_AVG10"),
 #        kubelet-generation
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 log() { echo "swapwise-node: $(cut -d' ' -f1 /proc/uptime)s $*" | tee -a /share/node.log >/dev/console; }
@@ -43,6 +44,23 @@ mkdir -p /sys/fs/cgroup/system.slice/containerd /sys/fs/cgroup/system.slice/kube
 # with them (what systemReserved and a protected system.slice do on a real node).
 echo 320M > /sys/fs/cgroup/system.slice/memory.min
 echo $$ > /sys/fs/cgroup/system.slice/node-init/cgroup.procs
+
+# The memory PSI once a second, from shell builtins only: the status loop below forks
+# hundreds of times a pass and stalls for minutes when the node thrashes, exactly when a
+# reading matters. No fork here, a sleep on a FIFO nobody writes, and never OOM-killed.
+psi_log() {
+  local up some full _
+  mkfifo /run/psi-tick && exec 3<> /run/psi-tick
+  echo -1000 > "/proc/$BASHPID/oom_score_adj"
+  : > /share/psi.log
+  while :; do
+    read -r up _ < /proc/uptime
+    { read -r _ some _; read -r _ full _; } < /proc/pressure/memory
+    printf '%s %s %s\n' "$up" "${some#avg10=}" "${full#avg10=}" >&4
+    read -r -t 1 -u 3 _
+  done 4>> /share/psi.log
+}
+[ -r /proc/pressure/memory ] && psi_log &
 
 hostname "$(cat /share/hostname)"
 ip link set lo up
