@@ -479,17 +479,37 @@ def test_marked_nodes_are_listed_with_the_reshaped_pods_stuck_there() -> None:
     hot = found["Node/hot"]
     assert hot.action and hot.namespace is None
     assert hot.message == (
-        f"marked {PRESSURE} by the pressure guard ({note}): new reshaped pods with required "
-        "placement are not placed there; 2 reshaped pod(s) already there keep stalling on "
-        "swap-in (swapwise evicts nothing): move or resize those with the largest hot memory, "
-        "or give the node more RAM")
+        f"marked {PRESSURE} (label) by the pressure guard ({note}): new reshaped pods with "
+        "required placement are not placed there; 2 reshaped pod(s) already there keep "
+        "stalling on swap-in (swapwise evicts nothing): move or resize those with the largest "
+        "hot memory, or give the node more RAM; while the label is on, a restart of the "
+        "node's kubelet fails them (it re-admits pods against their node affinity, reason "
+        "NodeAffinity)")
     assert hot.details == {"annotation": note, "reshapedPods": ["team/a", "team/b"],
-                           "everySwapNodeMarked": False}
+                           "everySwapNodeMarked": False, "markedWith": ["label"]}
     assert "(no annotation: not marked by swapwise label-nodes?)" in found[
         "Node/by-hand"].message
     assert found["Node/by-hand"].details["reshapedPods"] == []
     assert report.needs_action
     assert report.to_json()["findings"][-1]["check"] == "node-memory-pressure"
+
+
+def test_a_node_marked_with_the_taint_is_listed_with_what_the_taint_keeps_off() -> None:
+    tainted = node("hot", True, 32 * GI, "2000", "16Gi")
+    tainted["spec"] = {"taints": [{"key": "other", "effect": "NoExecute"},
+                                  {"key": PRESSURE, "value": "true", "effect": "NoSchedule"}]}
+    only_other = node("calm", True, 32 * GI, "2000", "16Gi")
+    only_other["spec"] = {"taints": [{"key": "other", "effect": "NoSchedule"}]}
+    report = audit(Cluster(namespaces=[ns("team")], nodes=[tainted, only_other],
+                           pods=[on("a", "hot")]), default_policy())
+    found = pressure(report)
+    assert sorted(found) == ["Node/hot"]
+    message = found["Node/hot"].message
+    assert message.startswith(f"marked {PRESSURE} (taint) by the pressure guard (no annotation")
+    assert ("no new pod that does not tolerate its NoSchedule taint is placed there; 1 "
+            "reshaped pod(s) already there") in message
+    assert "restart" not in message  # the kubelet ignores NoSchedule taints when it restarts
+    assert found["Node/hot"].details["markedWith"] == ["taint"]
 
 
 def test_every_swap_node_marked_means_new_reshaped_pods_stay_pending() -> None:
@@ -507,7 +527,8 @@ def test_every_swap_node_marked_means_new_reshaped_pods_stay_pending() -> None:
     found = pressure(audit(Cluster(namespaces=[ns("team")], nodes=[
         marked(node("plain", False, None), 7)]), default_policy()))
     assert found["Node/plain"].details == {"annotation": None, "reshapedPods": [],
-                                           "everySwapNodeMarked": False}
+                                           "everySwapNodeMarked": False,
+                                           "markedWith": ["label"]}
 
 
 def test_no_mark_no_finding_and_odd_annotations_do_not_crash() -> None:

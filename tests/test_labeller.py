@@ -737,11 +737,21 @@ class FakeNodes:
         yield "ADDED", {}
 
     async def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """A merge patch as the API server applies it: labels and annotations key by key,
+        the taint list whole, refused (409) when its resourceVersion is not the node's."""
         if name in self.failing:
             raise OSError("500 Internal Server Error")
         self.patches.append((name, patch))
-        metadata = self.nodes[name]["metadata"]
+        node = self.nodes[name]
+        metadata = node["metadata"]
+        assert set(patch) <= {"metadata", "spec"}, patch
+        assert set(patch.get("spec", {})) <= {"taints"}, patch  # nothing else is ours
+        version = patch["metadata"].get("resourceVersion")
+        if version is not None and version != metadata.get("resourceVersion"):
+            raise OSError(f"409 Conflict: the object has been modified ({version})")
         for field, changes in patch["metadata"].items():
+            if field == "resourceVersion":
+                continue
             assert field in ("labels", "annotations"), field  # nothing else is ours
             target = metadata.setdefault(field, {})
             for key, value in changes.items():
@@ -749,7 +759,16 @@ class FakeNodes:
                     target.pop(key, None)
                 else:
                     target[key] = value
-        return copy.deepcopy(self.nodes[name])
+        if "taints" in patch.get("spec", {}):
+            taints = patch["spec"]["taints"]
+            spec = node.setdefault("spec", {})
+            if taints is None:
+                spec.pop("taints", None)
+            else:
+                spec["taints"] = copy.deepcopy(taints)
+        if "resourceVersion" in metadata:
+            metadata["resourceVersion"] = str(int(metadata["resourceVersion"]) + 1)
+        return copy.deepcopy(node)
 
     async def kubelet_config(self, name: str) -> Any:
         self.configz_reads.append(name)

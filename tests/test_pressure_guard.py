@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import datetime as dt
 import json
 import math
@@ -31,7 +32,7 @@ from tests.test_labeller import (
     proxy_client,
 )
 from webhook.cli import main
-from webhook.engine.pressure import PRESSURE_ANNOTATION, PRESSURE_LABEL
+from webhook.engine.pressure import PRESSURE_ANNOTATION, PRESSURE_LABEL, PRESSURE_TAINT
 from webhook.labeller.controller import Labeller
 from webhook.labeller.kube import KubeletSummaryError
 from webhook.labeller.labels import PressureWant, desired_change, judge
@@ -232,7 +233,7 @@ def test_settings_are_checked(kwargs: dict[str, float], message: str) -> None:
 def test_equal_thresholds_are_allowed() -> None:
     settings = PressureSettings(interval=4, mark_above=30, clear_below=30)
     assert settings.text() == ("mark at some avg10 >= 30% for 60 s, clear below 30% for "
-                               "120 s, read every 4 s")
+                               "120 s, read every 4 s, mark with a label")
 
 
 # ----------------------------------------------------------------------------- Summary
@@ -325,6 +326,71 @@ def test_a_mark_with_another_value_is_corrected_without_a_new_annotation() -> No
     # Any value is the mark (the webhook's DoesNotExist excludes it): clearing removes it.
     change = desired_change(n, verdict, DEFAULT_LABEL, PressureWant(False, "cleared: x"))
     assert change is not None and change.pressure == "clear"
+
+
+OTHER_TAINT = {"key": "dedicated", "value": "swap", "effect": "NoSchedule"}
+
+
+def tainted(n: dict[str, Any], *taints: dict[str, Any], version: str = "7") -> dict[str, Any]:
+    """``n`` with these taints and a resourceVersion."""
+    n["metadata"]["resourceVersion"] = version
+    if taints:
+        n["spec"] = {"taints": [dict(t) for t in taints]}
+    return n
+
+
+def test_the_taint_form_marks_with_the_whole_taint_list_and_its_resource_version() -> None:
+    n = tainted(node("n", GI4, {SWAP: "true", PERMILLE: "249"}, declared="LimitedSwap"),
+                OTHER_TAINT)
+    verdict = judge(n, "LimitedSwap", "declared")
+    n["metadata"]["annotations"] = {"swapwise.io/swap-node": verdict.message}
+    change = desired_change(n, verdict, DEFAULT_LABEL, PressureWant(True, "marked: x", "taint"))
+    assert change is not None and change.pressure == "mark"
+    # No label: the kubelet's restart admission would fail reshaped pods on a labelled node.
+    assert change.patch == {
+        "metadata": {"annotations": {PRESSURE_ANNOTATION: "marked: x"}, "resourceVersion": "7"},
+        "spec": {"taints": [OTHER_TAINT, PRESSURE_TAINT]}}
+    on = tainted(copy.deepcopy(n), OTHER_TAINT, PRESSURE_TAINT)
+    assert desired_change(on, verdict, DEFAULT_LABEL, PressureWant(True, "y", "taint")) is None
+    cleared = desired_change(on, verdict, DEFAULT_LABEL, PressureWant(False, "cleared: z", "taint"))
+    assert cleared is not None and cleared.pressure == "clear"
+    assert cleared.patch == {
+        "metadata": {"annotations": {PRESSURE_ANNOTATION: "cleared: z"}, "resourceVersion": "7"},
+        "spec": {"taints": [OTHER_TAINT]}}
+    # The last taint going deletes the list.
+    alone = tainted(copy.deepcopy(n), PRESSURE_TAINT)
+    change = desired_change(alone, verdict, DEFAULT_LABEL, PressureWant(False, "c", "label"))
+    assert change is not None and change.patch["spec"] == {"taints": None}
+
+
+def test_switching_the_form_moves_the_mark_without_a_new_annotation() -> None:
+    base = tainted(node("n", GI4, {SWAP: "true", PERMILLE: "249", PRESSURE_LABEL: "true"},
+                        declared="LimitedSwap"), OTHER_TAINT)
+    verdict = judge(base, "LimitedSwap", "declared")
+    base["metadata"]["annotations"] = {"swapwise.io/swap-node": verdict.message}
+    to_taint = desired_change(base, verdict, DEFAULT_LABEL, PressureWant(True, "m", "taint"))
+    assert to_taint is not None and to_taint.pressure == "fix"
+    assert to_taint.patch == {"metadata": {"labels": {PRESSURE_LABEL: None},
+                                           "resourceVersion": "7"},
+                              "spec": {"taints": [OTHER_TAINT, PRESSURE_TAINT]}}
+    by_taint = tainted(node("n", GI4, {SWAP: "true", PERMILLE: "249"}, declared="LimitedSwap"),
+                       {**PRESSURE_TAINT, "value": "yes", "effect": "NoExecute"}, OTHER_TAINT)
+    by_taint["metadata"]["annotations"] = {"swapwise.io/swap-node": verdict.message}
+    to_label = desired_change(by_taint, verdict, DEFAULT_LABEL, PressureWant(True, "m"))
+    assert to_label is not None and to_label.pressure == "fix"
+    assert to_label.patch == {"metadata": {"labels": {PRESSURE_LABEL: "true"},
+                                           "resourceVersion": "7"},
+                              "spec": {"taints": [OTHER_TAINT]}}
+    # Any value or effect under the mark's key is the mark: it is corrected in place.
+    fixed = desired_change(by_taint, verdict, DEFAULT_LABEL, PressureWant(True, "m", "taint"))
+    assert fixed is not None and fixed.pressure == "fix"
+    assert fixed.patch["spec"] == {"taints": [OTHER_TAINT, PRESSURE_TAINT]}
+
+
+def test_the_form_is_checked_with_the_other_settings() -> None:
+    with pytest.raises(ValueError, match="--pressure-mark-with must be one of label, taint"):
+        PressureSettings(mark_with="annotation")  # type: ignore[arg-type]
+    assert PressureSettings(mark_with="taint").text().endswith("mark with a NoSchedule taint")
 
 
 # ------------------------------------------------------------------------ controller
@@ -692,6 +758,38 @@ def test_an_event_that_cannot_be_recorded_does_not_hold_up_the_mark(
     [record] = caplog.records
     assert record.getMessage() == "could not record the Event"
     assert record.__dict__["reason"] == "SwapwiseMemoryPressure"
+
+
+def test_with_the_taint_form_a_taint_added_meanwhile_is_kept() -> None:
+    async def scenario() -> None:
+        api = FakeKubelets(tainted(swap_node("n"), OTHER_TAINT, version="10"))
+        g = Guarded(api, dataclasses.replace(SETTINGS, mark_with="taint"))
+        await g.begin()
+        for _ in range(6):
+            await g.step(n=60.0)
+        # Another controller taints the node; the labeller has not seen that event yet.
+        late = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+        node_now = api.nodes["n"]
+        node_now["spec"]["taints"].append(late)
+        node_now["metadata"]["resourceVersion"] = str(int(node_now["metadata"][
+            "resourceVersion"]) + 1)
+        await g.step(n=60.0)  # the window is complete: the patch is refused (409)
+        assert g.labeller.pressure["n"].marked and "n" in g.labeller.pending
+        assert api.nodes["n"]["spec"]["taints"] == [OTHER_TAINT, late]
+        assert g.value("swapwise_labeller_reconcile_errors_total") == 1
+        g.labeller.apply_event("MODIFIED", copy.deepcopy(node_now))  # the watch catches up
+        await g.labeller.reconcile_pending()
+        assert api.nodes["n"]["spec"]["taints"] == [OTHER_TAINT, late, PRESSURE_TAINT]
+        assert PRESSURE_LABEL not in g.labels("n")
+        assert [e[2] for e in api.events] == ["SwapwiseMemoryPressure"]
+        assert g.value("swapwise_labeller_pressure_marked_nodes") == 1
+        for _ in range(13):
+            await g.step(n=0.0)
+        assert api.nodes["n"]["spec"]["taints"] == [OTHER_TAINT, late]
+        assert [e[2] for e in api.events] == ["SwapwiseMemoryPressure",
+                                              "SwapwiseMemoryPressureCleared"]
+
+    asyncio.run(scenario())
 
 
 def test_a_mark_removed_by_hand_is_put_back_while_the_pressure_lasts() -> None:

@@ -24,8 +24,8 @@ Checks (``Finding.check``):
 - ``node-swap-unlabelled`` / ``node-labelled-without-swap``: the swap label and the
   node's reported swap capacity disagree;
 - ``node-memory-pressure``: a node carries the pressure guard's mark
-  (``swapwise.io/memory-pressure``): no new reshaped pod with required placement is placed
-  there, the reshaped pods already there keep stalling on swap-in.
+  (``swapwise.io/memory-pressure``, a label or a taint): no new reshaped pod with required
+  placement is placed there, the reshaped pods already there keep stalling on swap-in.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from webhook.engine.annotations import (
     recorded_originals,
 )
 from webhook.engine.pod import MalformedPod, PodView
-from webhook.engine.pressure import PRESSURE_ANNOTATION, PRESSURE_LABEL
+from webhook.engine.pressure import PRESSURE_ANNOTATION, PRESSURE_LABEL, mark_forms
 from webhook.hpa import utilisation_warnings
 from webhook.labeller.labels import swap_permille
 from webhook.planner import backing_off
@@ -836,29 +836,40 @@ def _memory_pressure(pods: list[_Pod], nodes: list[dict[str, Any]],
                      swap_label: tuple[str, str]) -> list[Finding]:
     """Nodes the pressure guard marked: what it says, and who is stuck there or kept out."""
     key, value = swap_label
-    marked = [node for node in nodes if PRESSURE_LABEL in _labels(node)]
+    marked = [node for node in nodes if mark_forms(node)]
     if not marked:
         return []
     swap_nodes = [node for node in nodes if _labels(node).get(key) == value]
-    every = bool(swap_nodes) and all(PRESSURE_LABEL in _labels(node) for node in swap_nodes)
+    every = bool(swap_nodes) and all(mark_forms(node) for node in swap_nodes)
     findings = []
     for node in sorted(marked, key=_name):
         name = _name(node)
+        forms = mark_forms(node)
         note = _annotations(node).get(PRESSURE_ANNOTATION)
         note = note if isinstance(note, str) and note else None
         here = sorted(f"{pod.namespace}/{_name(pod.obj)}" for pod in pods if pod.reshaped
                       and _dict(pod.obj.get("spec")).get("nodeName") == name)
         why = f"({note})" if note else "(no annotation: not marked by swapwise label-nodes?)"
-        message = (f"marked {PRESSURE_LABEL} by the pressure guard {why}: new reshaped pods "
-                   "with required placement are not placed there; "
+        kept_off = ("new reshaped pods with required placement are not placed there"
+                    if "label" in forms else "")
+        if "taint" in forms:
+            kept_off += ("; " if kept_off else "") + (
+                "no new pod that does not tolerate its NoSchedule taint is placed there")
+        message = (f"marked {PRESSURE_LABEL} ({' and '.join(sorted(forms))}) by the pressure "
+                   f"guard {why}: {kept_off}; "
                    f"{len(here)} reshaped pod(s) already there keep stalling on swap-in "
                    "(swapwise evicts nothing): move or resize those with the largest hot "
                    "memory, or give the node more RAM")
+        if "label" in forms and here:
+            message += ("; while the label is on, a restart of the node's kubelet fails "
+                        "them (it re-admits pods against their node affinity, reason "
+                        "NodeAffinity)")
         if every:
             message += (f"; every node labelled {key}={value} is marked, so new reshaped pods "
                         "with required placement stay Pending until one is cleared")
         findings.append(Finding(
             "node-memory-pressure", None, f"Node/{name}", message,
-            details={"annotation": note, "reshapedPods": here, "everySwapNodeMarked": every},
+            details={"annotation": note, "reshapedPods": here, "everySwapNodeMarked": every,
+                     "markedWith": sorted(forms)},
         ))
     return findings

@@ -13,6 +13,7 @@ import kubernetes_validate
 import pytest
 from chartlib import CHART, REPO, Chart, Obj, all_of, kinds, one
 
+from webhook.cli import build_parser
 from webhook.labeller import pressure
 
 NODE_RULE = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]}
@@ -142,6 +143,16 @@ def test_set_thresholds_become_flags_label_nodes_accepts(chart: Chart) -> None:
     assert not [a for a in args if a.startswith("--pressure")]
 
 
+@pytest.mark.parametrize("form", ["label", "taint"])
+def test_the_mark_form_becomes_the_flag_label_nodes_accepts(chart: Chart, form: str) -> None:
+    _, args = _labeller(chart.render({"labeller": {"enabled": True, "pressureGuard": {
+        "enabled": True, "markWith": form}}}))
+    assert _flag(args, "--pressure-mark-with") == form
+    # What label-nodes' own parser makes of the container's arguments.
+    parsed = build_parser().parse_args(["label-nodes", *args])
+    assert (parsed.pressure_guard, parsed.pressure_mark_with) == (True, form)
+
+
 def test_the_documented_defaults_are_label_nodes_own() -> None:
     """The defaults are written once, in webhook/labeller/pressure.py; the chart README and
     docs/labeller.md quote them, and must quote them right."""
@@ -168,6 +179,7 @@ def test_the_documented_defaults_are_label_nodes_own() -> None:
     {"enabled": "yes"},
     {"enabled": True, "markAbove": 0},
     {"enabled": True, "markAbove": 101},
+    {"enabled": True, "markWith": "annotation"},
     {"enabled": True, "clearBelow": "10"},
     {"enabled": True, "markAfter": -1},
     {"enabled": True, "interval": 0},

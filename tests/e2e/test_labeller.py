@@ -699,3 +699,67 @@ def test_pressure_guard_marks_and_clears_swap_nodes_from_their_kubelets_psi(
         if labeller is not None:
             labeller.stop()
         cp.kubectl("delete", "node", *swap, "psi-plain", "--wait=false", check=False)
+
+
+def taints(cp: ControlPlane, node: str) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = cp.get_json("node", node)["spec"].get("taints") or []
+    return found
+
+
+def test_the_taint_form_marks_with_a_noschedule_taint_and_keeps_every_other_taint(
+    control_plane: ControlPlane,
+) -> None:
+    """``--pressure-mark-with taint`` on a real API server: the mark is the NoSchedule taint
+    (no label), written into a taint list that already has another taint; a taint added
+    while the node is marked stays; the clear removes only the mark; the audit names the
+    form. The kubelet's side (it ignores NoSchedule taints when it re-admits pods) is in
+    docs/labeller.md, "Label or taint"."""
+    cp = control_plane
+    if host_address() is None:
+        pytest.skip(NO_ADDRESS)
+    namespace, release = "labeller-taint", "lblt"
+    account = f"{release}-swapwise-labeller"
+    _apply_chart_rbac(cp, namespace, release, "labeller.pressureGuard.enabled=true",
+                      "labeller.pressureGuard.markWith=taint")
+    key = "e2e.swapwise.io/swap-taint"
+    name = "psi-taint"
+    cp.create_node(name, memory="16Gi", cpu="8", labels=LIMITED, swap_capacity=8 * GI)
+    cp.kubectl("taint", "node", name, "dedicated=swap:NoSchedule")
+    mark = {"key": PRESSURE, "value": "true", "effect": "NoSchedule"}
+    dedicated = {"key": "dedicated", "value": "swap", "effect": "NoSchedule"}
+    labeller: LabellerProcess | None = None
+    try:
+        with fake_kubelets(cp, [name]) as kubelets:
+            kubelets[name].answer(55.0)
+            labeller = LabellerProcess(
+                cp, "taint", key, account, namespace, _account_kubeconfig(cp, account, namespace),
+                extra=(*GUARD, "--pressure-mark-with", "taint"),
+            ).start()
+            cp.wait_for(lambda: mark in taints(cp, name), MARK_AFTER + SLACK + 10,
+                        interval=0.2, what="the pressure taint")
+            assert taints(cp, name) == [dedicated, mark]
+            assert PRESSURE not in labels(cp, name) and labels(cp, name)[key] == "true"
+            assert str(pressure_note(cp, name)).startswith("marked: memory PSI some avg10 55.0%")
+            cp.kubectl("taint", "node", name, "maintenance=soon:PreferNoSchedule")
+            audit = subprocess.run(
+                [swapwise_executable(), "audit", "--kubeconfig", str(cp.kubeconfig), "-o",
+                 "json"], capture_output=True, text=True, timeout=120, check=False)
+            [finding] = [f for f in json.loads(audit.stdout)["findings"]
+                         if f["check"] == "node-memory-pressure" and f["object"] == f"Node/{name}"]
+            assert finding["details"]["markedWith"] == ["taint"], finding
+            kubelets[name].answer(2.0)
+            cp.wait_for(lambda: mark not in taints(cp, name), CLEAR_AFTER + SLACK,
+                        interval=0.2, what="the pressure taint to go")
+            maintenance = {"key": "maintenance", "value": "soon", "effect": "PreferNoSchedule"}
+            assert taints(cp, name) == [dedicated, maintenance]
+            assert str(pressure_note(cp, name)).startswith("cleared: memory PSI some avg10 2.0%")
+            metrics = labeller.metrics()
+            assert metrics['swapwise_labeller_pressure_transitions_total{action="mark"}'] == 1
+            assert metrics['swapwise_labeller_pressure_transitions_total{action="clear"}'] == 1
+            assert metrics["swapwise_labeller_pressure_marked_nodes"] == 0
+            log = labeller.component.tail(300)
+            assert '"form": "taint"' in log and "forbidden" not in log.lower()
+    finally:
+        if labeller is not None:
+            labeller.stop()
+        cp.kubectl("delete", "node", name, "--wait=false", check=False)

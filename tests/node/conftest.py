@@ -12,9 +12,11 @@ by ``make node-e2e``) turns the skip into a failure, so CI can never skip it sil
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import os
 import shutil
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Generator, Iterator
@@ -163,6 +165,21 @@ class Labeller:
         for name, value in GUARD.items():
             argv += [f"--pressure-{name.replace('_', '-')}", str(value)]
         self.component = Component("label-nodes", argv, cp.workdir / "label-nodes.log")
+
+    def readable_again(self, before: float) -> float | None:
+        """When (host monotonic) the guard last got a memory PSI read again after failed
+        ones, before ``before``: a thrashing kubelet's reads time out, and a blind stretch
+        restarts the guard's windows by design (webhook/labeller/pressure.py)."""
+        offset = time.time() - time.monotonic()
+        found = None
+        for line in self.component.log_path.read_text(errors="replace").splitlines():
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                record = json.loads(line)
+                if record["msg"] == "memory PSI readable again":
+                    at = dt.datetime.fromisoformat(record["ts"]).timestamp() - offset
+                    if at <= before:
+                        found = at
+        return found
 
     def get(self, path: str) -> tuple[int, str]:
         try:

@@ -620,6 +620,10 @@ def test_unbacked_overcommits_and_the_pressure_guard_holds_new_pods_back(
             above = high[0]
             first = pressure_log.first(start, lambda s: s.some >= GUARD["mark_above"])
             results["pressure.thrash.marked_after_s"] = round(marked_at - above.at, 1)
+            # The guard's own evidence starts at its first good read after a blind stretch.
+            again = labeller.readable_again(marked_at)
+            seen_from = max(above.at, again) if again is not None else above.at
+            results["pressure.thrash.marked_after_evidence_s"] = round(marked_at - seen_from, 1)
             results["pressure.thrash.guest_above_s"] = round(high[1].at - above.at, 1)
             results["pressure.thrash.first_above_after_s"] = round(marked_at - first.at, 1) \
                 if first is not None else None
@@ -647,6 +651,9 @@ def test_unbacked_overcommits_and_the_pressure_guard_holds_new_pods_back(
                                       GUARD_LAG)
         assert low is not None, pressure_log.describe(marked_at)
         results["pressure.recovery.cleared_after_s"] = round(cleared_at - low[0].at, 1)
+        again = labeller.readable_again(cleared_at)
+        seen_from = max(low[0].at, again) if again is not None else low[0].at
+        results["pressure.recovery.cleared_after_evidence_s"] = round(cleared_at - seen_from, 1)
         results["pressure.sample_spacing_s"] = round(pressure_log.spacing(start, cleared_at), 1)
         results["pressure.thrash.samples"] = pressure_log.describe(start, cleared_at)
         late_node = node.wait_for(
@@ -662,10 +669,14 @@ def test_unbacked_overcommits_and_the_pressure_guard_holds_new_pods_back(
             with contextlib.suppress(Exception):
                 node.wait_for(lambda: PRESSURE_LABEL not in node.node()["metadata"]
                               .get("labels", {}), 900, interval=5, what="the mark to clear")
-    # How long marking and clearing took after the guest's own PSI crossed the thresholds
-    # (pressure.thrash.marked_after_s, pressure.recovery.cleared_after_s) is recorded, not
-    # asserted: the bound is the window + 30 s, and the clear has measured 123-197 s
-    # against 90 on this emulated guest for a reason not yet found (tests/node/README.md).
+    # Marked and cleared within the window + 30 s of the guard having the evidence: the
+    # guest's PSI on the right side of the threshold, and the kubelet readable (during the
+    # thrash its reads time out for minutes: pressure.thrash.marked_after_s, from the guest's
+    # rise alone, is recorded too).
+    assert results["pressure.thrash.marked_after_evidence_s"] <= GUARD["mark_after"] + 30, \
+        results
+    assert results["pressure.recovery.cleared_after_evidence_s"] <= GUARD["clear_after"] + 30, \
+        results
     assert results["pressure.thrash.new_pod_pending"], message
     assert results["pressure.thrash.other_pod_scheduled"], placed
     assert results["pressure.thrash.evicted_by_swapwise"] == 0

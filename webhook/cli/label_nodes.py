@@ -61,7 +61,7 @@ def register(subcommands: Any) -> None:
         "pressure guard",
         "mark a swap node swapwise.io/memory-pressure=true while its memory PSI (kubelet "
         "Summary, through the API server: needs RBAC nodes/proxy get) stays high, so new "
-        "reshaped pods are not placed there; nothing is evicted (docs/labeller.md)")
+        "reshaped pods are not placed there; swapwise evicts nothing (docs/labeller.md)")
     guard.add_argument("--pressure-guard", action=argparse.BooleanOptionalAction,
                        default=False, help="turn the guard on (default off; when off, marks "
                        "left on nodes are removed)")
@@ -84,6 +84,13 @@ def register(subcommands: Any) -> None:
                        default=defaults.DEFAULT_CLEAR_AFTER, metavar="S",
                        help="...for at least this many seconds "
                        f"(default {defaults.DEFAULT_CLEAR_AFTER:g})")
+    guard.add_argument("--pressure-mark-with", choices=("label", "taint"), default="label",
+                       help="label (default): swapwise.io/memory-pressure=true, which keeps "
+                       "only new reshaped pods off, but a kubelet restarted while its node "
+                       "is marked fails the reshaped pods on it (it re-admits pods against "
+                       "their node affinity); taint: a swapwise.io/memory-pressure=true:"
+                       "NoSchedule taint, which such a restart ignores, but which keeps "
+                       "every pod that does not tolerate it off")
     parser.add_argument("--log-level", default="info",
                         choices=["debug", "info", "warning", "error"])
     parser.set_defaults(func=run)
@@ -118,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
         # until someone turns it on.
         pressure = PressureSettings(args.pressure_interval, args.pressure_mark_above,
                                     args.pressure_clear_below, args.pressure_mark_after,
-                                    args.pressure_clear_after)
+                                    args.pressure_clear_after, args.pressure_mark_with)
         options = LabellerOptions(
             kubeconfig=args.kubeconfig,
             label=label,

@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, Protocol
 
-from webhook.engine.pressure import PRESSURE_ANNOTATION, PRESSURE_LABEL
+from webhook.engine.pressure import PRESSURE_ANNOTATION, PRESSURE_LABEL, mark_forms
 from webhook.labeller.kubelet import KubeletConfigCache
 from webhook.labeller.labels import (
     Label,
@@ -85,10 +85,6 @@ async def _sleep(stop: asyncio.Event, seconds: float) -> None:
     """Sleep, but wake up at once when ``stop`` is set."""
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), seconds)
-
-
-def _labels(node: dict[str, Any] | None) -> Any:
-    return as_mapping(as_mapping((node or {}).get("metadata")).get("labels"))
 
 
 def error_text(exc: BaseException) -> str:
@@ -154,7 +150,7 @@ class Labeller:
         for reason in Reason:
             self.metrics.nodes_by_reason.labels(reason=reason.value).set(counts[reason])
         self.metrics.pressure_marked_nodes.set(sum(
-            PRESSURE_LABEL in _labels(self.nodes.get(name)) for name in self.verdicts))
+            bool(mark_forms(self.nodes.get(name) or {})) for name in self.verdicts))
 
     def _changed(self) -> None:
         self.metrics.nodes.set(len(self.nodes))
@@ -315,7 +311,7 @@ class Labeller:
             return None
         state = self.pressure.get(name)
         if state is None:
-            marked = PRESSURE_LABEL in _labels(self.nodes.get(name))
+            marked = bool(mark_forms(self.nodes.get(name) or {}))
             state = self.pressure[name] = NodePressure(self.guard, marked)
         return state
 
@@ -338,7 +334,7 @@ class Labeller:
                        f"marked: kept, memory PSI some avg10 has not been below "
                        f"{self.guard.clear_below:g}% for {self.guard.clear_after:g} s since "
                        f"it was marked, at {rfc3339(self.wall())}")
-        return PressureWant(state.marked, message)
+        return PressureWant(state.marked, message, self.guard.mark_with)
 
     def _reads_psi(self, name: str) -> bool:
         verdict = self.verdicts.get(name)
@@ -420,6 +416,7 @@ class Labeller:
         last: PSI | None = state.last if state is not None else None
         log.info("memory pressure mark set" if marked else "memory pressure mark cleared", extra={
             "node": name, "label": PRESSURE_LABEL,
+            "form": self.guard.mark_with if self.guard is not None else None,
             "some_avg10": last.some if last else None, "full_avg10": last.full if last else None,
             "why": message,
         })

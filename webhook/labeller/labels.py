@@ -22,7 +22,15 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from webhook.engine.backing import PERMILLE_LABEL, node_permille
-from webhook.engine.pressure import PRESSURE_ANNOTATION, PRESSURE_LABEL, PRESSURE_VALUE
+from webhook.engine.pressure import (
+    PRESSURE_ANNOTATION,
+    PRESSURE_LABEL,
+    PRESSURE_TAINT,
+    PRESSURE_VALUE,
+    MarkForm,
+    mark_forms,
+    pressure_taints,
+)
 from webhook.profile import SWAP_LABEL
 from webhook.quantity import MAX_INT64, QuantityError, parse_bytes
 
@@ -162,13 +170,16 @@ class PressureWant:
 
     marked: bool
     message: str
+    form: MarkForm = "label"  # how a marked node carries it (engine/pressure.py says why)
 
 
 @dataclass(frozen=True)
 class NodeChange:
     node: str
     label: Literal["add", "remove", "keep"]
-    patch: dict[str, Any]  # JSON merge patch: these labels and annotations, nothing else
+    # JSON merge patch: these labels and annotations, and the whole taint list with the
+    # resourceVersion it was computed from when the pressure mark is a taint
+    patch: dict[str, Any]
     verdict: Verdict
     permille: Literal["set", "remove", "keep"] = "keep"  # the swapwise.io/swap-permille label
     # The swapwise.io/memory-pressure mark: put on, taken off, or its value corrected.
@@ -319,9 +330,9 @@ def desired_change(node: Mapping[str, Any], verdict: Verdict, label: Label,
     any value on a node without a computable per-mille goes.
 
     The memory-pressure mark is swapwise's own too: ``pressure`` None leaves it alone; else
-    the label is put on (value ``true``) or taken off, any value, and its annotation is
-    written only when the mark comes or goes, so it keeps saying why the last change was
-    made.
+    the node carries it in the wanted form only (label ``true`` or the NoSchedule taint),
+    the other form and other values go, and its annotation is written only when the mark
+    comes or goes, so it keeps saying why the last change was made.
     """
     name = node_name(node)
     if not name or verdict.swap is None:
@@ -344,22 +355,44 @@ def desired_change(node: Mapping[str, Any], verdict: Verdict, label: Label,
         permille, changed[PERMILLE_LABEL] = "remove", None
     annotations: dict[str, str] = {}
     mark: Literal["mark", "clear", "fix", "keep"] = "keep"
+    taints: list[Any] | None = None  # the node's new taint list, when it changes
     if pressure is not None:
-        marked = labels.get(PRESSURE_LABEL)
-        if pressure.marked and marked is None:
-            mark, changed[PRESSURE_LABEL] = "mark", PRESSURE_VALUE
+        carried = mark_forms(node)
+        label_wanted = pressure.marked and pressure.form == "label"
+        taint_wanted = pressure.marked and pressure.form == "taint"
+        if label_wanted and labels.get(PRESSURE_LABEL) != PRESSURE_VALUE:
+            changed[PRESSURE_LABEL] = PRESSURE_VALUE
+        elif not label_wanted and PRESSURE_LABEL in labels:
+            changed[PRESSURE_LABEL] = None
+        ours = [(t.get("key"), t.get("value"), t.get("effect")) for t in pressure_taints(node)]
+        if ours != ([tuple(PRESSURE_TAINT.values())] if taint_wanted else []):
+            current_taints = as_mapping(node.get("spec")).get("taints")
+            others = [t for t in current_taints if not (isinstance(t, Mapping) and t.get(
+                "key") == PRESSURE_LABEL)] if isinstance(current_taints, list) else []
+            taints = others + ([dict(PRESSURE_TAINT)] if taint_wanted else [])
+        if pressure.marked and not carried:
+            mark = "mark"
             annotations[PRESSURE_ANNOTATION] = pressure.message
-        elif pressure.marked and marked != PRESSURE_VALUE:
-            mark, changed[PRESSURE_LABEL] = "fix", PRESSURE_VALUE
-        elif not pressure.marked and marked is not None:
-            mark, changed[PRESSURE_LABEL] = "clear", None
+        elif not pressure.marked and carried:
+            mark = "clear"
             annotations[PRESSURE_ANNOTATION] = pressure.message
+        elif PRESSURE_LABEL in changed or taints is not None:
+            mark = "fix"  # another value, or the other form: no new annotation
     if changed:
         patch["labels"] = changed
     if as_mapping(metadata.get("annotations")).get(SWAP_NODE_ANNOTATION) != verdict.message:
         annotations[SWAP_NODE_ANNOTATION] = verdict.message
     if annotations:
         patch["annotations"] = annotations
-    if not patch:
+    if not patch and taints is None:
         return None
-    return NodeChange(name, action, {"metadata": patch}, verdict, permille, mark)
+    body: dict[str, Any] = {"metadata": patch}
+    if taints is not None:
+        # A merge patch replaces the whole list: the resourceVersion makes the API server
+        # refuse it (409) if the taints changed since this node was read, and the next
+        # reconcile starts from the newer node.
+        body["spec"] = {"taints": taints or None}
+        version = metadata.get("resourceVersion")
+        if isinstance(version, str) and version:
+            patch["resourceVersion"] = version
+    return NodeChange(name, action, body, verdict, permille, mark)

@@ -37,6 +37,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from webhook.engine.pressure import MARK_FORMS, MarkForm
+
 # The defaults, from the real-node run (tests/node, docs/nodes.md "Memory pressure"): the calm
 # density run peaked at some avg10 46 % while its pods started, the overcommitted one reached
 # 98 % and stayed high; 60 % for 60 s marks the second and not the first. The CLI
@@ -118,6 +120,7 @@ class PressureSettings:
     clear_below: float = DEFAULT_CLEAR_BELOW
     mark_after: float = DEFAULT_MARK_AFTER
     clear_after: float = DEFAULT_CLEAR_AFTER
+    mark_with: MarkForm = "label"  # the mark's form (webhook/engine/pressure.py: trade-off)
 
     def __post_init__(self) -> None:
         values = (self.interval, self.mark_above, self.clear_below, self.mark_after,
@@ -129,6 +132,8 @@ class PressureSettings:
         if not 0 < self.clear_below <= self.mark_above <= 100:
             raise ValueError("the pressure thresholds need 0 < --pressure-clear-below <= "
                              "--pressure-mark-above <= 100 (percent)")
+        if self.mark_with not in MARK_FORMS:
+            raise ValueError(f"--pressure-mark-with must be one of {', '.join(MARK_FORMS)}")
         if self.mark_after < 0 or self.clear_after < 0:
             raise ValueError("--pressure-mark-after and --pressure-clear-after must not be "
                              "negative")
@@ -136,7 +141,8 @@ class PressureSettings:
     def text(self) -> str:
         return (f"mark at some avg10 >= {_number(self.mark_above)}% for "
                 f"{_number(self.mark_after)} s, clear below {_number(self.clear_below)}% for "
-                f"{_number(self.clear_after)} s, read every {_number(self.interval)} s")
+                f"{_number(self.clear_after)} s, read every {_number(self.interval)} s, "
+                f"mark with a {'label' if self.mark_with == 'label' else 'NoSchedule taint'}")
 
 
 def rfc3339(when: dt.datetime) -> str:
