@@ -64,7 +64,6 @@ import httpx
 from benchmarks.common import machine, percentile, report
 from benchmarks.cpu import Floor, sched_seconds, start_tree
 from benchmarks.https import BASELINE_ENV
-from benchmarks.payloads import POLICY_YAML, pod
 from tests.e2e.cluster import (
     BINARIES,
     DEFAULT_LINE,
@@ -77,6 +76,7 @@ from tests.e2e.cluster import (
     wait_for_mutation,
     webhook_configuration,
 )
+from tests.support.payloads import POLICY_YAML, pod
 from tests.support.server_proc import ServerProcess
 from webhook.policy import Policy, parse_policy
 from webhook.render.admission_policy import render_admission_policies

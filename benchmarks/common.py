@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.payloads import POLICY_YAML
+from tests.support.payloads import POLICY_YAML
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -48,7 +48,7 @@ def quiet_json_logs(in_loop: bool = False) -> None:
     ``in_loop``: format and write each line on the event loop instead, as before
     webhook/server/asynclog.py, to show what that costs an admission.
     """
-    from webhook.logs import configure
+    from webhook.base.logs import configure
     from webhook.server import asynclog
 
     configure("info")

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import machine, percentile, report
-from benchmarks.payloads import ADMISSION_PATH, HEADERS, POLICY_YAML, review_bytes
+from tests.support.payloads import ADMISSION_PATH, HEADERS, POLICY_YAML, review_bytes
 from tests.support.server_proc import ServerProcess
 
 LUA = Path(__file__).with_name("wrk.lua")

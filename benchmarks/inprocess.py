@@ -14,9 +14,9 @@ import time
 
 import uvloop
 
-from benchmarks.asgi import call
 from benchmarks.common import build_app, machine, percentile, quiet_json_logs, report
-from benchmarks.payloads import ADMISSION_PATH, review_bytes
+from tests.support.asgi import call
+from tests.support.payloads import ADMISSION_PATH, review_bytes
 
 
 async def measure(app: object, body: bytes, iterations: int) -> list[float]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from benchmarks.common import machine, report
 from benchmarks.https import start_server, wrk
-from benchmarks.payloads import ADMISSION_PATH, HEADERS, review_bytes
+from tests.support.payloads import ADMISSION_PATH, HEADERS, review_bytes
 from tests.support.server_proc import ServerProcess
 
 

@@ -1,4 +1,4 @@
-"""The audit's pure decisions (webhook.audit): objects in, findings out.
+"""The audit's pure decisions (webhook.analysis.audit): objects in, findings out.
 
 The whole command against a real API server is tests/e2e/test_audit.py; here the edges.
 """
@@ -13,7 +13,7 @@ import jsonpatch
 import pytest
 
 from tests.test_cli import swapwise
-from webhook.audit import Cluster, Finding, audit, label_permille, original_pod
+from webhook.analysis.audit import Cluster, Finding, audit, label_permille, original_pod
 from webhook.cli import build_parser
 from webhook.engine import mutate_pod
 from webhook.policy import build_policy, default_policy, parse_policy
@@ -259,7 +259,7 @@ def test_cli_says_a_crash_on_cluster_data_is_a_bug_with_exit_2(
         raise RecursionError("maximum recursion depth exceeded")
 
     monkeypatch.setattr(audit_cli, "fetch", fetch)
-    monkeypatch.setattr("webhook.audit.audit", crash)
+    monkeypatch.setattr("webhook.analysis.audit.audit", crash)
     assert audit_cli.run(build_parser().parse_args(["audit"])) == 2
     err = capsys.readouterr().err
     assert err.startswith("swapwise: audit: cannot judge what the cluster returned "

@@ -11,7 +11,7 @@ import yaml
 
 from tests.support.engine_tables import backing_warning
 from tests.test_cli import swapwise
-from webhook.hpa import memory_utilisation_metrics, utilisation_warnings
+from webhook.analysis.hpa import memory_utilisation_metrics, utilisation_warnings
 
 GI, MI = 1024**3, 1024**2
 

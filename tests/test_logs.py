@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from webhook.logs import JsonFormatter, json_line
+from webhook.base.logs import JsonFormatter, json_line
 
 FIELDS = [
     {"uid": "7b1c", "profile": "sandbox", "namespace": "apps", "outcome": "mutated",
@@ -51,7 +51,7 @@ def test_json_line_timestamps_across_seconds() -> None:
 WRITER = textwrap.dedent(
     """
     import asyncio, logging, sys
-    from webhook.logs import configure, get_logger
+    from webhook.base.logs import configure, get_logger
     from webhook.server import asynclog
 
     configure(sys.argv[1])

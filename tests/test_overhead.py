@@ -17,9 +17,7 @@ import pytest
 import yaml
 
 from tests.support.engine_check import apply
-from webhook.cli import main
-from webhook.engine import mutate_pod
-from webhook.overhead import (
+from webhook.analysis.overhead import (
     NO_OVERHEAD,
     Overhead,
     OverheadError,
@@ -28,7 +26,9 @@ from webhook.overhead import (
     parse_runtime_class,
     pod_overhead,
 )
-from webhook.planner import Node, plan_pod
+from webhook.analysis.planner import Node, plan_pod
+from webhook.cli import main
+from webhook.engine import mutate_pod, reshape
 from webhook.policy import default_policy
 
 MI = 1024**2
@@ -68,8 +68,8 @@ def classes(*documents: dict[str, Any]) -> dict[str, RuntimeClass]:
 
 
 def test_2gi_sandbox_with_250mi_gvisor_overhead_on_28gi_node() -> None:
-    result = plan_pod(sandbox(runtimeClassName="gvisor"), DEFAULT, NODE_28,
-                      runtime_classes=classes(GVISOR))
+    result = plan_pod(reshape(sandbox(runtimeClassName="gvisor"), DEFAULT),
+                      NODE_28, runtime_classes=classes(GVISOR))
     assert result.overhead == Overhead(memory=250 * MI, cpu=Fraction(0),
                                        source="RuntimeClass/gvisor")
     # before: 2048 + 250 = 2298Mi a pod; 28672 // 2298 = 12 (12.48), not 14 without overhead.
@@ -95,8 +95,8 @@ def test_2gi_sandbox_with_250mi_gvisor_overhead_on_28gi_node() -> None:
 
 
 def test_kata_like_cpu_overhead_makes_cpu_bind_first() -> None:
-    result = plan_pod(sandbox(runtimeClassName="kata-fc"), DEFAULT, NODE_28,
-                      runtime_classes=classes(KATA))
+    result = plan_pod(reshape(sandbox(runtimeClassName="kata-fc"), DEFAULT),
+                      NODE_28, runtime_classes=classes(KATA))
     # memory before: 2048 + 120 = 2168Mi; 28672 // 2168 = 13 (13.2).
     # cpu: 100m + 250m = 350m; 8 / 0.35 = 22 (22.86), before and after.
     assert (result.before.by_memory, result.before.by_cpu) == (13, 22)
@@ -112,14 +112,14 @@ def test_kata_like_cpu_overhead_makes_cpu_bind_first() -> None:
 def test_spec_overhead_of_a_pod_read_back_from_a_cluster() -> None:
     # A pod as stored: the admission plugin wrote spec.overhead; its RuntimeClass is not given.
     stored = sandbox(runtimeClassName="gvisor", overhead={"memory": "250Mi"})
-    result = plan_pod(stored, DEFAULT, NODE_28)
+    result = plan_pod(reshape(stored, DEFAULT), NODE_28)
     assert result.overhead == Overhead(memory=250 * MI, source="spec.overhead")
     assert (result.before.by_memory, result.after.by_memory) == (12, 30)
 
 
 def test_spec_overhead_matching_its_runtime_class_is_counted_once() -> None:
     stored = sandbox(runtimeClassName="gvisor", overhead={"memory": "262144000"})  # 250Mi
-    result = plan_pod(stored, DEFAULT, NODE_28, runtime_classes=classes(GVISOR))
+    result = plan_pod(reshape(stored, DEFAULT), NODE_28, runtime_classes=classes(GVISOR))
     assert result.overhead.source == "RuntimeClass/gvisor"
     assert result.after.memory_request == 933 * MI
 
@@ -127,22 +127,22 @@ def test_spec_overhead_matching_its_runtime_class_is_counted_once() -> None:
 def test_pod_level_request_plus_overhead() -> None:
     # The scheduler takes the pod-level request instead of the containers', then adds overhead.
     pod = sandbox(runtimeClassName="gvisor", resources={"requests": {"memory": "3Gi"}})
-    result = plan_pod(pod, DEFAULT, NODE_28, runtime_classes=classes(GVISOR))
+    result = plan_pod(reshape(pod, DEFAULT), NODE_28, runtime_classes=classes(GVISOR))
     # 3072 + 250 = 3322Mi; 28672 // 3322 = 8 (8.63).
     assert result.after.memory_request == 3322 * MI
     assert result.after.by_memory == 8
 
 
 def test_runtime_class_without_overhead_adds_nothing() -> None:
-    result = plan_pod(sandbox(runtimeClassName="runc"), DEFAULT, NODE_28,
-                      runtime_classes=classes(runtime_class("runc")))
+    result = plan_pod(reshape(sandbox(runtimeClassName="runc"), DEFAULT),
+                      NODE_28, runtime_classes=classes(runtime_class("runc")))
     assert result.overhead == Overhead(source="RuntimeClass/runc")
     assert not result.overhead
     assert (result.before.by_memory, result.after.by_memory) == (14, 41)
 
 
 def test_unknown_runtime_class_warns_and_plans_without_overhead() -> None:
-    result = plan_pod(sandbox(runtimeClassName="gvisor"), DEFAULT, NODE_28)
+    result = plan_pod(reshape(sandbox(runtimeClassName="gvisor"), DEFAULT), NODE_28)
     assert result.overhead == NO_OVERHEAD
     assert result.after.by_memory == 41
     assert ("RuntimeClass 'gvisor' is not in the input or --runtime-class-file: planned "

@@ -1,4 +1,4 @@
-"""``swapwise plan`` and webhook.planner, checked against numbers computed by hand.
+"""``swapwise plan`` and webhook.analysis.planner, checked against numbers computed by hand.
 
 Mi = 1048576 bytes throughout. Each expected value is worked out in the comment above it,
 so a wrong formula (swap share on allocatable, sidecars counted once, floats) fails here.
@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 import yaml
 
+from webhook.analysis.planner import Node, PlanError, backing_applies, plan_pod, pod_request
 from webhook.cli import main
+from webhook.engine import reshape
 from webhook.engine.pod import MalformedPod, PodView
-from webhook.planner import Node, PlanError, backing_applies, plan_pod, pod_request
 from webhook.policy import default_policy, parse_policy
 from webhook.profile import Profile
 
@@ -56,7 +57,7 @@ def guaranteed_sandbox() -> dict[str, Any]:
 
 def test_guaranteed_2gi_sandbox_default_profile_on_28gi_8cpu_node() -> None:
     node = Node(memory=28 * GI, swap=56 * GI, cpu=Fraction(8))
-    result = plan_pod(guaranteed_sandbox(), DEFAULT, node)
+    result = plan_pod(reshape(guaranteed_sandbox(), DEFAULT), node)
     (app,) = result.containers
     # target(2Gi) = ceilMi(2048Mi / 3) = ceilMi(682.67Mi) = 683Mi; the limit stays 2Gi.
     assert (app.request_before, app.limit_before) == (2 * GI, 2 * GI)
@@ -83,7 +84,7 @@ def test_guaranteed_2gi_sandbox_default_profile_on_28gi_8cpu_node() -> None:
 def test_public_benchmark_python_sandbox_100mi_2gi_on_30gi_node_with_375gi_swap() -> None:
     node = Node(memory=30 * GI, swap=375 * GI, cpu=Fraction(8))
     sandbox = pod(container("python", request="100Mi", limit="2Gi", cpu="100m"))
-    result = plan_pod(sandbox, DEFAULT, node)
+    result = plan_pod(reshape(sandbox, DEFAULT), node)
     (python,) = result.containers
     # request < limit: already swap-eligible, swapwise leaves it alone.
     assert not python.changed
@@ -108,7 +109,8 @@ def test_public_benchmark_python_sandbox_100mi_2gi_on_30gi_node_with_375gi_swap(
 def test_decimal_30g_node_holds_fewer_100mi_pods_than_30gi() -> None:
     # 30G = 30e9 bytes; 30e9 // 104857600 = 286 (286.1), against 307 for 30Gi.
     node = Node(memory=30 * 10**9, swap=375 * 10**9, cpu=Fraction(8))
-    result = plan_pod(pod(container("python", request="100Mi", limit="2Gi")), DEFAULT, node)
+    result = plan_pod(reshape(pod(container("python", request="100Mi", limit="2Gi")), DEFAULT),
+                      node)
     assert result.after.by_memory == 286
     # No CPU request: CPU never limits, the kubelet's 110 pods binds.
     assert result.after.by_cpu is None
@@ -162,7 +164,7 @@ def test_pod_level_request_replaces_the_container_sum() -> None:
 
 def test_no_swap_node_gives_no_share_and_nothing_fits() -> None:
     node = Node(memory=16 * GI, swap=0, cpu=Fraction(4))
-    result = plan_pod(guaranteed_sandbox(), DEFAULT, node)
+    result = plan_pod(reshape(guaranteed_sandbox(), DEFAULT), node)
     (app,) = result.containers
     # Still reshaped (the profile does not know the node), but the share is 0.
     assert app.request_after == 683 * MI
@@ -175,7 +177,7 @@ def test_skipped_critical_pod_uses_no_swap() -> None:
     node = Node(memory=16 * GI, swap=32 * GI, cpu=Fraction(4))
     critical = pod(container("app", request="256Mi", limit="1Gi"),
                    priorityClassName="system-node-critical")
-    result = plan_pod(critical, DEFAULT, node)
+    result = plan_pod(reshape(critical, DEFAULT), node)
     assert result.skipped == "critical pod"
     (app,) = result.containers
     assert not app.changed and not app.swap_eligible
@@ -186,7 +188,7 @@ def test_skipped_critical_pod_uses_no_swap() -> None:
 
 def test_guaranteed_skip_profile_keeps_density() -> None:
     node = Node(memory=28 * GI, swap=56 * GI, cpu=Fraction(8))
-    result = plan_pod(guaranteed_sandbox(), Profile("p", guaranteed_pods="skip"), node)
+    result = plan_pod(reshape(guaranteed_sandbox(), Profile("p", guaranteed_pods="skip")), node)
     assert result.skipped is not None
     assert result.before.by_memory == result.after.by_memory == 14
     assert result.containers[0].swap_eligible is False  # Guaranteed: no swap at all
@@ -194,7 +196,7 @@ def test_guaranteed_skip_profile_keeps_density() -> None:
 
 def test_request_only_container_has_unbounded_cold_memory() -> None:
     node = Node(memory=16 * GI, swap=32 * GI, cpu=Fraction(4))
-    result = plan_pod(pod(container("app", request="512Mi")), DEFAULT, node)
+    result = plan_pod(reshape(pod(container("app", request="512Mi")), DEFAULT), node)
     (app,) = result.containers
     # Burstable, request without limit: share 512Mi * 2 = 1Gi, cold memory unbounded.
     assert app.swap_share == GI
@@ -204,14 +206,14 @@ def test_request_only_container_has_unbounded_cold_memory() -> None:
 def test_tie_between_memory_and_cpu_reports_both() -> None:
     # 32Gi // 1Gi = 32 and 8 / 0.25 = 32.
     node = Node(memory=32 * GI, swap=64 * GI, cpu=Fraction(8))
-    result = plan_pod(pod(container("app", request="1Gi", limit="3Gi", cpu="250m")),
-                      DEFAULT, node)
+    app = pod(container("app", request="1Gi", limit="3Gi", cpu="250m"))
+    result = plan_pod(reshape(app, DEFAULT), node)
     assert result.after.binds == ("memory", "cpu")
 
 
 def test_allocatable_memory_limits_scheduling_but_not_the_swap_share() -> None:
     node = Node(memory=32 * GI, swap=32 * GI, cpu=Fraction(8), allocatable_memory=30 * GI)
-    result = plan_pod(pod(container("app", request="1Gi", limit="2Gi")), DEFAULT, node)
+    result = plan_pod(reshape(pod(container("app", request="1Gi", limit="2Gi")), DEFAULT), node)
     assert result.after.by_memory == 30
     assert result.containers[0].swap_share == GI  # 1Gi / 32Gi * 32Gi
 
@@ -232,7 +234,7 @@ def test_malformed_pod_is_an_error_not_a_plan() -> None:
     node = Node(memory=GI, swap=GI, cpu=Fraction(1))
     bad = pod(container("app", request="lots", limit="2Gi"))
     with pytest.raises(MalformedPod, match="lots"):
-        plan_pod(bad, DEFAULT, node)
+        plan_pod(reshape(bad, DEFAULT), node)
 
 
 # ------------------------------------------------------------------------------ swap backing
@@ -250,7 +252,7 @@ def test_a_node_with_little_swap_backs_no_reshaped_pod_and_fits_none() -> None:
     # The issue's node: 1Gi of swap on 64Gi of RAM is a swap node, at 15 per mille
     # (1000 * 1Gi / 64Gi = 15.6): a pod reshaped for swapRatio 2 needs 1999.
     node = Node(memory=64 * GI, swap=GI, cpu=Fraction(16))
-    result = plan_pod(guaranteed_sandbox(), DEFAULT, node)
+    result = plan_pod(reshape(guaranteed_sandbox(), DEFAULT), node)
     assert (result.backing.need, result.backing.node_permille) == (1999, 15)
     assert result.backing.applies and not result.backing.backed and result.backing.refused
     # By memory 65536Mi // 683Mi = 95 would fit; the scheduler places none.
@@ -266,7 +268,7 @@ def test_a_1mi_request_under_a_1000x_limit_needs_999000_per_mille(swap: int, bac
     # need = ceil(1000 * 999Mi / 1Mi) = 999000; the node's 1000 * 999Gi / 1Gi = 999000
     # exactly backs it, one byte less of swap (998999.99 -> 998999) does not.
     tiny = profile(requestRatio=0.001, minRequest="1Mi")
-    result = plan_pod(pod(container("app", request="1000Mi", limit="1000Mi")), tiny,
+    result = plan_pod(reshape(pod(container("app", request="1000Mi", limit="1000Mi")), tiny),
                       Node(memory=GI, swap=swap, cpu=Fraction(8)))
     assert result.containers[0].request_after == MI
     assert result.backing.need == 999000
@@ -282,10 +284,10 @@ def test_need_is_over_changed_containers_init_and_sidecar_included() -> None:
     p = pod(container("app", request="2Gi", limit="2Gi"), untouched, init=[init, sidecar])
     # app 2Gi -> 683Mi: ceil(1000 * 1365 / 683) = 1999; setup 1Gi -> 342Mi:
     # ceil(1000 * 682 / 342) = 1995; proxy 3Gi -> 1Gi: 1000 * 2Gi / 1Gi = 2000 exactly.
-    at_2000 = plan_pod(p, DEFAULT, Node(memory=1000 * MI, swap=2000 * MI, cpu=Fraction(8)))
+    at_2000 = plan_pod(reshape(p, DEFAULT), Node(memory=1000 * MI, swap=2000 * MI, cpu=Fraction(8)))
     assert [c.changed for c in at_2000.containers] == [True, True, True, False]
     assert at_2000.backing.need == 2000 and at_2000.backing.backed
-    at_1999 = plan_pod(p, DEFAULT, Node(memory=1000 * MI, swap=1999 * MI, cpu=Fraction(8)))
+    at_1999 = plan_pod(reshape(p, DEFAULT), Node(memory=1000 * MI, swap=1999 * MI, cpu=Fraction(8)))
     assert at_1999.backing.node_permille == 1999 and not at_1999.backing.backed
     assert at_1999.after.per_node == 0
 
@@ -295,7 +297,7 @@ def test_a_profile_without_required_placement_is_not_held_to_backing() -> None:
     for mode in ("preferred", "none"):
         loose = profile(f"{{mode: {mode}}}")
         assert not backing_applies(loose)
-        result = plan_pod(guaranteed_sandbox(), loose, node)
+        result = plan_pod(reshape(guaranteed_sandbox(), loose), node)
         assert result.backing.off == f"placement.mode: {mode}"
         assert not result.backing.applies and not result.backing.backed
         # Not enforced: counted on resources alone, as before backing existed.
@@ -306,7 +308,8 @@ def test_a_profile_without_required_placement_is_not_held_to_backing() -> None:
 def test_swap_backing_off_is_counted_on_resources_alone() -> None:
     off = profile("{swapBacking: 'off'}")
     assert not backing_applies(off)
-    result = plan_pod(guaranteed_sandbox(), off, Node(memory=64 * GI, swap=GI, cpu=Fraction(16)))
+    result = plan_pod(reshape(guaranteed_sandbox(), off),
+                      Node(memory=64 * GI, swap=GI, cpu=Fraction(16)))
     assert result.backing.off == "placement.swapBacking: off"
     assert result.after.per_node == 95
 
@@ -315,23 +318,23 @@ def test_pods_the_webhook_gives_no_swap_node_placement_are_not_held_to_backing()
     node = Node(memory=64 * GI, swap=GI, cpu=Fraction(16))
     pinned = guaranteed_sandbox()
     pinned["spec"]["nodeName"] = "n1"
-    result = plan_pod(pinned, DEFAULT, node)
+    result = plan_pod(reshape(pinned, DEFAULT), node)
     assert result.backing.need == 1999  # reshaped all the same
     assert result.backing.off == "no swap-node placement: spec.nodeName is set"
     assert result.after.per_node == 95
-    daemon = plan_pod(guaranteed_sandbox(), DEFAULT, node, daemonset=True)
+    daemon = plan_pod(reshape(guaranteed_sandbox(), DEFAULT, daemonset=True), node)
     assert daemon.backing.off == "no swap-node placement: a DaemonSet's pod"
     critical = pod(container("app", request="2Gi", limit="2Gi"),
                    priorityClassName="system-node-critical")
-    skipped = plan_pod(critical, DEFAULT, node)
+    skipped = plan_pod(reshape(critical, DEFAULT), node)
     assert skipped.backing.off == "pod left unchanged: critical pod"
     assert skipped.backing.need == 0
     # Request 0 and a limit: Burstable, but the kubelet gives it no swap, nor does the
     # webhook place it (not changed, not swap-eligible).
-    zero = plan_pod(pod(container("app", request="0", limit="1Gi")), DEFAULT, node)
+    zero = plan_pod(reshape(pod(container("app", request="0", limit="1Gi")), DEFAULT), node)
     assert zero.backing.off == "no swap-node placement: no container gets swap"
     # Placed on swap nodes, but nothing changed: the webhook requires no backing for it.
-    eligible = plan_pod(pod(container("app", request="100Mi", limit="1Gi")), DEFAULT, node)
+    eligible = plan_pod(reshape(pod(container("app", request="100Mi", limit="1Gi")), DEFAULT), node)
     assert eligible.backing.off == "no container changed, nothing to back"
     assert eligible.backing.need == 0 and eligible.after.per_node == 110
 

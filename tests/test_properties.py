@@ -11,12 +11,12 @@ from hypothesis import strategies as st
 from tests.support.engine_check import apply
 from tests.support.engine_tables import NO_PRESSURE, PERMILLE, PRESSURE, REQUIRED
 from tests.support.strategies import pods, profiles, required_affinity
+from webhook.base.quantity import MI, parse_bytes
 from webhook.engine.backing import container_need
 from webhook.engine.mutate import uses_swap
 from webhook.engine.pod import PodView
 from webhook.engine.resources import raised_limit
 from webhook.profile import Profile
-from webhook.quantity import MI, parse_bytes
 
 
 @settings(max_examples=1500, deadline=None)

@@ -8,7 +8,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from tests.support.quantity_grammar import cases
-from webhook.quantity import (
+from webhook.base.quantity import (
     MAX_INT64,
     QuantityError,
     ceil_mi,

@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.routing import Route
 
-from benchmarks.asgi import Reply, call
+from tests.support.asgi import Reply, call
 from tests.support.pods import pod, review
 from webhook.server.app import AppState, SwapwiseApp, create_app
 from webhook.server.metrics import Metrics

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from tests.support.engine_check import apply
+from webhook.analysis.planner import Node, plan_pod
+from webhook.engine import reshape
 from webhook.engine.pod import PodView, gets_swap
-from webhook.planner import Node, plan_pod
 from webhook.policy import default_policy
 
 GI = 1024**3
@@ -118,14 +119,14 @@ def test_one_rule_for_the_webhook_and_plan(
     assert placed == any(after)
     if not mutation.changes and not any(after):
         assert mutation.patch == []  # nothing to do: no annotation either
-    plan = plan_pod(submitted, DEFAULT, NODE)
+    plan = plan_pod(reshape(submitted, DEFAULT), NODE)
     assert [container.swap_eligible for container in plan.containers] == after
     for container in plan.containers:
         assert (container.swap_share > 0) == container.swap_eligible
 
 
 def test_request_0_gets_no_share_in_plan() -> None:
-    plan = plan_pod(pod(c(request="0", limit="1Gi")), DEFAULT, NODE)
+    plan = plan_pod(reshape(pod(c(request="0", limit="1Gi")), DEFAULT), NODE)
     (app,) = plan.containers
     assert (app.request_after, app.limit_after) == (0, GI)
     assert not app.swap_eligible and app.swap_share == 0 and app.fits is None

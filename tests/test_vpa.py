@@ -17,16 +17,16 @@ import pytest
 from tests.support.engine_check import apply
 from tests.support.engine_tables import backing_warning, profile
 from tests.support.pods import container, guaranteed, pod
+from webhook.analysis.planner import Node
+from webhook.analysis.vpa_manifests import as_admitted, without_admission_marks
 from webhook.cli.plan import plan
 from webhook.cli.preview import preview
 from webhook.engine import mutate_pod
 from webhook.engine.pod import PodView
 from webhook.engine.resources import raised_limit
 from webhook.engine.vpa import vpa_memory_containers
-from webhook.planner import Node
 from webhook.policy import PolicyError, build_policy
 from webhook.profile import Profile
-from webhook.vpa import as_admitted, without_admission_marks
 
 MI, GI = 1024**2, 1024**3
 UPDATED = "Pod resources updated by web: "

@@ -11,8 +11,8 @@ from binascii import b2a_base64
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-from webhook import codec
-from webhook.engine import Mutation, mutate_pod
+from webhook.base import codec
+from webhook.engine import Mutation, reshape
 from webhook.engine.warnings import warning
 from webhook.policy import Policy
 
@@ -107,7 +107,7 @@ def decide(request: dict[str, Any], profile_name: str, policy: Policy) -> Decisi
             response=review_response(uid, warnings=warnings), uid=uid,
             outcome="unknown_profile", namespace=namespace, warnings=warnings,
         )
-    mutation = mutate_pod(request["object"], profile)
+    mutation = reshape(request["object"], profile).mutation
     outcome: Outcome
     if mutation.skipped is not None:
         outcome = "skipped"

@@ -30,19 +30,35 @@ from pydantic import (
     model_validator,
 )
 
-from webhook.documents import DocumentError, decode, load, size_problem
-from webhook.files import FileTooLarge, read_regular
+from webhook.base.documents import DocumentError, decode, load, size_problem
+from webhook.base.files import FileTooLarge, read_regular
+from webhook.base.quantity import INT64_SAFE, MI, QuantityError, parse_bytes, parse_quantity
 from webhook.labeller.labels import label_key_problem, label_value_problem
-from webhook.profile import SWAP_LABEL, LabelSelector, Placement, Profile
-from webhook.quantity import INT64_SAFE, MI, QuantityError, parse_bytes, parse_quantity
+from webhook.profile import (
+    DEFAULT_GUARANTEED_PODS,
+    DEFAULT_MIN_REQUEST,
+    DEFAULT_NODE_SELECTOR,
+    DEFAULT_PLACEMENT_MODE,
+    DEFAULT_RESIZE_POLICY,
+    DEFAULT_SWAP_BACKING,
+    DEFAULT_SWAP_RATIO,
+    DEFAULT_VPA_PODS,
+    DEFAULT_WEIGHT,
+    GuaranteedPods,
+    LabelSelector,
+    Placement,
+    PlacementMode,
+    Profile,
+    ResizePolicy,
+    SwapBacking,
+    VpaPods,
+)
 
 API_VERSION = "swapwise.io/v1alpha1"
 KIND = "SwapPolicy"
-DEFAULT_SWAP_RATIO = 2
-DEFAULT_MIN_REQUEST = "16Mi"
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 # A ConfigMap holds at most 1 MiB; a policy is a few hundred bytes. Anchors and aliases
-# may repeat a value, but the document they expand to stays within webhook.documents'
+# may repeat a value, but the document they expand to stays within webhook.base.documents'
 # MAX_VALUES and MAX_DEPTH, as every file swapwise reads.
 MAX_FILE_BYTES = 1024 * 1024
 # Memory quantities of a profile: from 1Mi (the engine writes whole MiB, so a smaller
@@ -173,14 +189,15 @@ class PodSelectorSpec(_Strict):
 
 
 class PlacementSpec(_Strict):
-    mode: Literal["required", "preferred", "none"] = "required"
-    nodeSelector: dict[LabelKey, LabelValue] = Field(default_factory=lambda: {SWAP_LABEL: "true"})
-    weight: Annotated[StrictInt, Field(ge=1, le=100)] = 100
+    mode: PlacementMode = DEFAULT_PLACEMENT_MODE
+    nodeSelector: dict[LabelKey, LabelValue] = Field(
+        default_factory=lambda: dict(DEFAULT_NODE_SELECTOR))
+    weight: Annotated[StrictInt, Field(ge=1, le=100)] = DEFAULT_WEIGHT
     tolerations: list[TolerationSpec] = Field(default_factory=list)
     # With mode: required, also require nodes whose swap backs the changed containers
     # (label swapwise.io/swap-permille, written by `swapwise label-nodes`); no effect otherwise.
-    swapBacking: Annotated[Literal["required", "off"],
-                           BeforeValidator(_not_a_yaml_boolean)] = "required"
+    swapBacking: Annotated[SwapBacking, BeforeValidator(_not_a_yaml_boolean)] = (
+        DEFAULT_SWAP_BACKING)
 
 
 class ProfileSpec(_Strict):
@@ -189,9 +206,9 @@ class ProfileSpec(_Strict):
     minRequest: MemoryQuantity = DEFAULT_MIN_REQUEST
     maxLimitRequestRatio: Annotated[Number, Field(gt=1)] | None = None
     defaultLimit: MemoryQuantity | None = None
-    guaranteedPods: Literal["convert", "skip"] = "convert"
-    vpaPods: Literal["skip", "raiseLimit"] = "raiseLimit"
-    resizePolicy: Literal["RestartContainer", "keep"] = "RestartContainer"
+    guaranteedPods: GuaranteedPods = DEFAULT_GUARANTEED_PODS
+    vpaPods: VpaPods = DEFAULT_VPA_PODS
+    resizePolicy: ResizePolicy = DEFAULT_RESIZE_POLICY
     podSelector: PodSelectorSpec | None = None
     placement: PlacementSpec = Field(default_factory=PlacementSpec)
 

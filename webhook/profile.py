@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal
 
+from webhook.base.quantity import parse_bytes
+
 PlacementMode = Literal["required", "preferred", "none"]
 GuaranteedPods = Literal["convert", "skip"]
 VpaPods = Literal["skip", "raiseLimit"]
@@ -18,6 +20,19 @@ ResizePolicy = Literal["RestartContainer", "keep"]
 SwapBacking = Literal["required", "off"]
 
 SWAP_LABEL = "feature.node.kubernetes.io/memory-swap"
+
+# Every profile default, once: the policy file's schema (policy.py) and the resolved
+# profile below both take them from here, as do the docs' tests.
+DEFAULT_SWAP_RATIO = 2
+DEFAULT_REQUEST_RATIO = Fraction(1, 1 + DEFAULT_SWAP_RATIO)
+DEFAULT_MIN_REQUEST = "16Mi"
+DEFAULT_GUARANTEED_PODS: GuaranteedPods = "convert"
+DEFAULT_VPA_PODS: VpaPods = "raiseLimit"
+DEFAULT_RESIZE_POLICY: ResizePolicy = "RestartContainer"
+DEFAULT_PLACEMENT_MODE: PlacementMode = "required"
+DEFAULT_NODE_SELECTOR: tuple[tuple[str, str], ...] = ((SWAP_LABEL, "true"),)
+DEFAULT_WEIGHT = 100
+DEFAULT_SWAP_BACKING: SwapBacking = "required"
 
 
 @dataclass(frozen=True)
@@ -50,13 +65,13 @@ class LabelSelector:
 
 @dataclass(frozen=True)
 class Placement:
-    mode: PlacementMode = "required"
-    node_selector: tuple[tuple[str, str], ...] = ((SWAP_LABEL, "true"),)
-    weight: int = 100
+    mode: PlacementMode = DEFAULT_PLACEMENT_MODE
+    node_selector: tuple[tuple[str, str], ...] = DEFAULT_NODE_SELECTOR
+    weight: int = DEFAULT_WEIGHT
     tolerations: tuple[dict[str, Any], ...] = ()
     # With mode "required": also require nodes whose swap share backs the pod's changed
     # containers (node label swapwise.io/swap-permille; docs/rules.md "Swap backing").
-    swap_backing: SwapBacking = "required"
+    swap_backing: SwapBacking = DEFAULT_SWAP_BACKING
 
 
 @dataclass(frozen=True)
@@ -64,13 +79,13 @@ class Profile:
     """Everything the engine needs to reshape one pod."""
 
     name: str
-    request_ratio: Fraction = Fraction(1, 3)
-    min_request: int = 16 * 1024 * 1024
+    request_ratio: Fraction = DEFAULT_REQUEST_RATIO
+    min_request: int = parse_bytes(DEFAULT_MIN_REQUEST)
     max_limit_request_ratio: Fraction | None = None
     default_limit: int | None = None
-    guaranteed_pods: GuaranteedPods = "convert"
-    vpa_pods: VpaPods = "raiseLimit"
-    resize_policy: ResizePolicy = "RestartContainer"
+    guaranteed_pods: GuaranteedPods = DEFAULT_GUARANTEED_PODS
+    vpa_pods: VpaPods = DEFAULT_VPA_PODS
+    resize_policy: ResizePolicy = DEFAULT_RESIZE_POLICY
     pod_selector: LabelSelector | None = None
     placement: Placement = field(default_factory=Placement)
     # The two ratios as (numerator, denominator) ints, for the engine's per-container

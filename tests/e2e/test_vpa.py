@@ -38,9 +38,9 @@ from tests.e2e.cluster import ControlPlane, wait_for
 from tests.e2e.vpa import UPDATER_INTERVAL, Vpa, set_recommendation, vpa_object
 from tests.e2e.vpa import ensure_binaries as ensure_vpa_binaries
 from tests.support.progress import uncaptured
+from webhook.base.quantity import parse_quantity
 from webhook.engine.backing import PERMILLE_LABEL, node_permille
 from webhook.engine.mutate import backing_warning
-from webhook.quantity import parse_quantity
 
 pytestmark = pytest.mark.e2e
 

@@ -30,7 +30,7 @@ from tests.node.test_real_node import (
     running,
     sandbox_pod,
 )
-from webhook.quantity import parse_bytes
+from webhook.base.quantity import parse_bytes
 
 pytestmark = [
     pytest.mark.node,

@@ -31,9 +31,9 @@ from tests.node.kubelet_prometheus import (
     swap_figures,
 )
 from tests.node.node import PressureLog, RealNode
+from webhook.base.quantity import parse_bytes, parse_quantity
 from webhook.engine.backing import PERMILLE_LABEL, container_need, node_permille
 from webhook.engine.pressure import PRESSURE_ANNOTATION, PRESSURE_LABEL
-from webhook.quantity import parse_bytes, parse_quantity
 
 pytestmark = pytest.mark.node
 

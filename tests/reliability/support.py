@@ -30,14 +30,14 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from benchmarks.asgi import Reply, call
+from tests.support.asgi import Reply, call
 from tests.support.engine_check import _allowed, strip_memory
 from tests.support.server_proc import ServerProcess, wait_until
+from webhook.analysis.workloads import POD_PATHS
 from webhook.policy import Policy, default_policy
 from webhook.server.app import AppState, create_app
 from webhook.server.metrics import Metrics
 from webhook.server.reload import PolicyStore
-from webhook.workloads import POD_PATHS
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S_VERSION = "1.34.0"

@@ -15,7 +15,7 @@ SCRIPT = textwrap.dedent(
     """
     import logging, os, signal, threading, time
     from webhook.server import asynclog
-    from webhook.logs import configure, get_logger
+    from webhook.base.logs import configure, get_logger
 
     configure("info")
     logging.getLogger().handlers[0].stream = open(os.devnull, "w")
@@ -50,7 +50,7 @@ LOW_RATE = textwrap.dedent(
     """
     import asyncio, json, logging, sys
     from webhook.server import asynclog
-    from webhook.logs import configure, get_logger
+    from webhook.base.logs import configure, get_logger
 
     configure("info")  # JSON lines on stderr: a pipe to the test, as in a container
     asynclog.start()

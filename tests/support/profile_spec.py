@@ -7,9 +7,9 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
+from webhook.base.quantity import format_bytes
 from webhook.policy import ProfileSpec, compile_profile
 from webhook.profile import Profile
-from webhook.quantity import format_bytes
 
 
 def _decimal(value: Fraction) -> float | int | None:

@@ -1,7 +1,7 @@
 """``swapwise audit``: what in a running cluster needs action, read-only.
 
 The I/O is here (lightkube lists, through the labeller's client setup); every decision is
-:func:`webhook.audit.audit`. Exit status 1 when a finding needs action, 2 when the audit
+:func:`webhook.analysis.audit.audit`. Exit status 1 when a finding needs action, 2 when the audit
 could not be made (a bad argument or policy file, the cluster could not be read, or what it
 returned could not be judged): never a traceback, never 1. Read-only: the RBAC it needs is
 in docs/audit.md.
@@ -50,7 +50,7 @@ async def fetch(kubeconfig: str | None) -> Any:
     from lightkube.resources.autoscaling_v2 import HorizontalPodAutoscaler
     from lightkube.resources.core_v1 import LimitRange, Namespace, Node, Pod, ResourceQuota
 
-    from webhook.audit import Cluster, opted_in
+    from webhook.analysis.audit import Cluster, opted_in
     from webhook.labeller.kube import make_client
 
     vpa_kind = create_namespaced_resource(
@@ -127,7 +127,7 @@ def render_table(report: Any, policy_source: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from webhook.audit import audit
+    from webhook.analysis.audit import audit
 
     key, sep, value = args.label.partition("=")
     if not key or not sep:

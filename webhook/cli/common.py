@@ -1,14 +1,20 @@
 """Helpers shared by subcommands: loading a policy and choosing its profile with readable
-errors, reading manifests within bounds."""
+errors, reading manifests within bounds, and the one loop that reshapes the workloads of
+an input as admission would (``preview`` and ``plan`` both walk it)."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from webhook.documents import MAX_VALUES, DocumentError, decode, load
-from webhook.files import FileTooLarge, read_regular, read_stream
+from webhook.analysis.vpa_manifests import as_admitted, managing_vpa, without_admission_marks
+from webhook.analysis.workloads import Workload, find_workload
+from webhook.base.documents import MAX_VALUES, DocumentError, decode, load
+from webhook.base.files import FileTooLarge, read_regular, read_stream
+from webhook.engine import Reshape, reshape
 from webhook.policy import Policy, PolicyError, default_policy, load_policy
 from webhook.profile import Profile
 
@@ -47,9 +53,48 @@ def choose_profile(policy: Policy, name: str | None, namespace: str | None) -> P
     return profile
 
 
+@dataclass(frozen=True)
+class WorkloadReshape:
+    """One workload of an input, its pod (template) reshaped as admission would.
+
+    With a VPA of the same input managing the workload, the engine decides on the pod as
+    that VPA's webhook would hand it over (:func:`~webhook.analysis.vpa_manifests.as_admitted`).
+    """
+
+    workload: Workload
+    written: dict[str, Any]  # the pod (template) as written
+    vpa: dict[str, Any] | None
+    reshaped: Reshape  # of the pod as admitted
+
+    @property
+    def stored(self) -> dict[str, Any]:
+        """The reshaped pod as the input would then say it: without the VPA's marks."""
+        after: dict[str, Any] = self.reshaped.after
+        return without_admission_marks(after, self.written) if self.vpa is not None else after
+
+
+def reshape_workloads(
+    objects: list[Any], policy: Policy, profile_name: str | None, namespace: str | None,
+) -> Iterator[tuple[Any, WorkloadReshape | None]]:
+    """Every object of ``objects`` (an input, ``kind: List`` flattened), with its reshape
+    when it holds a pod; the profile is chosen per workload (``namespace`` or its own)."""
+    for obj in objects:
+        workload = find_workload(obj)
+        if workload is None:
+            yield obj, None
+            continue
+        profile = choose_profile(policy, profile_name, namespace or workload.namespace)
+        written = workload.pod()
+        assert written is not None  # find_workload only returns workloads with a pod
+        vpa = managing_vpa(objects, workload.kind, workload.name, workload.namespace)
+        admitted = as_admitted(written, vpa) if vpa is not None else written
+        reshaped = reshape(admitted, profile, daemonset=workload.daemonset or None)
+        yield obj, WorkloadReshape(workload, written, vpa, reshaped)
+
+
 # Manifests: at most this much input in all (a file, stdin, or a directory's files). A
 # policy is one small object (1 MiB, a ConfigMap's limit); a manifest stream may be a whole
-# `helm template`. Each file is then held to webhook.documents' bounds: nested at most
+# `helm template`. Each file is then held to webhook.base.documents' bounds: nested at most
 # MAX_DEPTH levels, and at most MAX_VALUES values or as many as it has bytes, whichever is
 # more, so YAML aliases cannot make a file of a few hundred bytes a billion values.
 MAX_MANIFEST_BYTES = 16 * 1024 * 1024

@@ -5,8 +5,8 @@ workload the memory before/after, each container's swap share and whether its co
 memory fits it, the pod overhead of its RuntimeClass, pods per node by memory, CPU and
 max pods, before and after, and swap backing: the pod's need against the node's
 per-mille (a node that does not back the pod, where placement requires backing, fits 0).
-The math lives in :mod:`webhook.planner` and :mod:`webhook.overhead`; this module only reads
-input and formats output.
+The math lives in :mod:`webhook.analysis.planner` and :mod:`webhook.analysis.overhead`;
+this module only reads input and formats output.
 """
 
 from __future__ import annotations
@@ -19,22 +19,15 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, TextIO
 
-import jsonpatch
-
-from webhook.cli.common import CommandError, choose_profile, fail, policy_from, read_documents
-from webhook.engine import mutate_pod
-from webhook.engine.backing import PERMILLE_LABEL
-from webhook.engine.pod import MalformedPod
-from webhook.engine.warnings import whole
-from webhook.hpa import HpaWarning, manifest_warnings
-from webhook.overhead import (
+from webhook.analysis.hpa import HpaWarning, manifest_warnings
+from webhook.analysis.overhead import (
     Overhead,
     OverheadError,
     RuntimeClass,
     collect_runtime_classes,
     is_runtime_class,
 )
-from webhook.planner import (
+from webhook.analysis.planner import (
     DEFAULT_MAX_PODS,
     Backing,
     ContainerPlan,
@@ -43,11 +36,27 @@ from webhook.planner import (
     PlanError,
     PodPlan,
 )
-from webhook.planner import plan_pod as plan_one_pod
+from webhook.analysis.planner import plan_pod as plan_one_pod
+from webhook.analysis.workloads import Workload, iter_objects
+from webhook.base.quantity import (
+    QuantityError,
+    parse_bytes,
+    parse_quantity,
+    readable_bytes,
+    readable_ratio,
+)
+from webhook.cli.common import (
+    CommandError,
+    choose_profile,
+    fail,
+    policy_from,
+    read_documents,
+    reshape_workloads,
+)
+from webhook.engine.backing import PERMILLE_LABEL
+from webhook.engine.pod import MalformedPod
+from webhook.engine.warnings import whole
 from webhook.policy import Policy
-from webhook.quantity import MI, QuantityError, format_bytes, parse_bytes, parse_quantity
-from webhook.vpa import as_admitted, managing_vpa
-from webhook.workloads import Workload, find_workload, iter_objects
 
 REPLICATED = ("Deployment", "StatefulSet", "ReplicaSet")
 
@@ -145,27 +154,19 @@ def plan(
         runtime_classes = runtime_classes_from(documents)
     plans: list[WorkloadPlan] = []
     objects = list(iter_objects(documents))
-    for obj in objects:
-        workload = find_workload(obj)
-        if workload is None:
+    for _obj, case in reshape_workloads(objects, policy, profile_name, namespace):
+        if case is None:
             continue
-        profile = choose_profile(policy, profile_name, namespace or workload.namespace)
-        pod = workload.pod()
-        assert pod is not None  # find_workload only returns workloads with a pod
-        vpa = managing_vpa(objects, workload.kind, workload.name, workload.namespace)
-        if vpa is not None:  # decided as admission does once the VPA's webhook has run
-            pod = as_admitted(pod, vpa)
+        workload, reshaped = case.workload, case.reshaped
         try:
-            result = plan_one_pod(pod, profile, node, daemonset=workload.daemonset or None,
-                                  runtime_classes=runtime_classes)
+            result = plan_one_pod(reshaped, node, runtime_classes=runtime_classes)
         except (MalformedPod, OverheadError) as exc:
             raise CommandError(f"{workload.ref}: {exc}") from None
-        mutation = mutate_pod(pod, profile, daemonset=workload.daemonset or None)
         hpa: list[HpaWarning] = []
-        if mutation.patch:
+        if reshaped.changed:  # as admitted, before and after (the VPA's marks count)
             hpa = manifest_warnings(objects, workload.kind, workload.name, workload.namespace,
-                                    pod, jsonpatch.apply_patch(pod, mutation.patch))
-        plans.append(WorkloadPlan(workload, profile.name, result, tuple(hpa)))
+                                    reshaped.pod, reshaped.after)
+        plans.append(WorkloadPlan(workload, reshaped.profile.name, result, tuple(hpa)))
     if not plans:
         raise CommandError("no Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet, Job or "
                            "CronJob found in the input")
@@ -176,15 +177,11 @@ def plan(
 
 
 def _size(value: int | None) -> str:
-    if value is None:
-        return "-"
-    return format_bytes(value) if value % MI == 0 else f"{value / MI:.1f}Mi"
+    return "-" if value is None else readable_bytes(value)
 
 
 def _ratio(value: Fraction | None) -> str:
-    if value is None:
-        return "-"
-    return f"{float(value):.3f}".rstrip("0").rstrip(".")
+    return "-" if value is None else readable_ratio(value)
 
 
 def _cores(value: Fraction) -> str:

@@ -12,19 +12,24 @@ import json
 import sys
 from typing import Any, TextIO
 
-import jsonpatch
 import yaml
 
-from webhook.cli.common import CommandError, choose_profile, fail, policy_from, read_documents
-from webhook.engine import Mutation, mutate_pod
+from webhook.analysis.hpa import manifest_warnings
+from webhook.analysis.workloads import find_workload, iter_objects
+from webhook.cli.common import (
+    CommandError,
+    choose_profile,
+    fail,
+    policy_from,
+    read_documents,
+    reshape_workloads,
+)
+from webhook.engine import Mutation
 from webhook.engine.mutate import VPA_SKIPPED
 from webhook.engine.pod import PROFILE_ANNOTATION, PodView
 from webhook.engine.warnings import whole
-from webhook.hpa import manifest_warnings
 from webhook.policy import Policy
 from webhook.profile import Profile
-from webhook.vpa import as_admitted, managing_vpa, without_admission_marks
-from webhook.workloads import find_workload, iter_objects
 
 
 def register(subcommands: Any) -> None:
@@ -50,33 +55,25 @@ def preview(
     """(before, after) for every object; objects without pods pass through unchanged."""
     results: list[tuple[Any, Any]] = []
     objects = list(iter_objects(documents))
-    for obj in objects:
-        workload = find_workload(obj)
-        if workload is None:
+    for obj, case in reshape_workloads(objects, policy, profile_name, namespace):
+        if case is None:
             results.append((obj, obj))
             continue
-        profile = choose_profile(policy, profile_name, namespace or workload.namespace)
-        pod = workload.pod()
-        assert pod is not None
-        vpa = managing_vpa(objects, workload.kind, workload.name, workload.namespace)
-        seen = as_admitted(pod, vpa) if vpa is not None else pod
-        mutation = mutate_pod(seen, profile, daemonset=workload.daemonset or None)
-        for message in mutation.warnings:
+        workload, reshaped = case.workload, case.reshaped
+        for message in reshaped.mutation.warnings:
             print(f"Warning: {workload.ref}: {whole(message)}", file=warnings_out)
-        if not mutation.patch:
-            reason = why_unchanged(seen, profile, mutation, workload.daemonset)
+        if not reshaped.changed:
+            reason = why_unchanged(reshaped.pod, reshaped.profile, reshaped.mutation,
+                                   workload.daemonset)
             if reason is not None:
                 print(f"Note: {workload.ref}: left unchanged: {reason}", file=warnings_out)
-        after = obj
-        if mutation.patch:
-            new_pod = jsonpatch.apply_patch(seen, mutation.patch)
-            if vpa is not None:
-                new_pod = without_admission_marks(new_pod, pod)
-            after = workload.with_pod(new_pod)
-            for hpa in manifest_warnings(objects, workload.kind, workload.name,
-                                         workload.namespace, pod, new_pod):
-                print(f"Warning: {workload.ref}: {hpa.message()}", file=warnings_out)
-        results.append((obj, after))
+            results.append((obj, obj))
+            continue
+        stored = case.stored
+        for hpa in manifest_warnings(objects, workload.kind, workload.name,
+                                     workload.namespace, case.written, stored):
+            print(f"Warning: {workload.ref}: {hpa.message()}", file=warnings_out)
+        results.append((obj, workload.with_pod(stored)))
     return results
 
 

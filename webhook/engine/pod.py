@@ -13,7 +13,7 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any, Literal
 
-from webhook.quantity import QuantityError, parse_quantity, parse_text
+from webhook.base.quantity import QuantityError, parse_quantity, parse_text
 
 ContainerKind = Literal["init", "sidecar", "container"]
 # Exact values; whole ones (nearly all) as int, which compares and adds in C, where a
@@ -80,7 +80,7 @@ def _exact_value(value: Fraction) -> Exact:
 
 @lru_cache(maxsize=4096)
 def _parse_text(value: str) -> Exact:
-    """:func:`~webhook.quantity.parse_text`, whole values as int, cached here instead:
+    """:func:`~webhook.base.quantity.parse_text`, whole values as int, cached here instead:
     ``__wrapped__`` bypasses parse_text's own cache, so a string is held once."""
     return _exact_value(parse_text.__wrapped__(value))
 

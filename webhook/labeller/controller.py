@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, Protocol
 
+from webhook.base.logs import get_logger
 from webhook.engine.pressure import PRESSURE_ANNOTATION, PRESSURE_LABEL, mark_forms
 from webhook.labeller.kubelet import KubeletConfigCache
 from webhook.labeller.labels import (
@@ -49,7 +50,6 @@ from webhook.labeller.pressure import (
     rfc3339,
     summary_memory_psi,
 )
-from webhook.logs import get_logger
 
 log = get_logger("labeller")
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
 
+from webhook.base.quantity import MAX_INT64, QuantityError, parse_bytes
 from webhook.engine.backing import PERMILLE_LABEL, node_permille
 from webhook.engine.pressure import (
     PRESSURE_ANNOTATION,
@@ -32,7 +33,6 @@ from webhook.engine.pressure import (
     pressure_taints,
 )
 from webhook.profile import SWAP_LABEL
-from webhook.quantity import MAX_INT64, QuantityError, parse_bytes
 
 # As the API server checks label keys (a qualified name) and values (apimachinery's
 # IsQualifiedName and IsValidLabelValue); matched whole (fullmatch: "$" would let a

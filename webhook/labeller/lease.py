@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Protocol
 
-from webhook.logs import get_logger
+from webhook.base.logs import get_logger
 
 log = get_logger("labeller.lease")
 

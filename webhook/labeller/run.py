@@ -15,6 +15,7 @@ import signal
 import socket
 from dataclasses import dataclass, field
 
+from webhook.base.logs import configure, get_logger
 from webhook.labeller.controller import Labeller
 from webhook.labeller.health import create_app, health_server
 from webhook.labeller.kube import KUBELET_TIMEOUT, KubeLeaseStore, KubeNodes, make_client
@@ -22,7 +23,6 @@ from webhook.labeller.labels import DEFAULT_LABEL, Label, Source
 from webhook.labeller.lease import Elector, Timing
 from webhook.labeller.metrics import LabellerMetrics
 from webhook.labeller.pressure import PressureSettings
-from webhook.logs import configure, get_logger
 
 log = get_logger("labeller")
 

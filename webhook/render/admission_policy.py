@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from webhook.base.quantity import _FORMAT_BINARY, _FORMAT_DECIMAL, INT64_SAFE, MI, format_bytes
 from webhook.engine.backing import PERMILLE_LABEL, container_need
 from webhook.engine.mutate import BACKING_WARNING
 from webhook.engine.placement import (
@@ -45,7 +46,6 @@ from webhook.engine.vpa import OBSERVED_ANNOTATION, UPDATES_ANNOTATION
 from webhook.engine.warnings import MAX_WARNING
 from webhook.policy import Policy
 from webhook.profile import LabelSelector, Profile
-from webhook.quantity import _FORMAT_BINARY, _FORMAT_DECIMAL, INT64_SAFE, MI, format_bytes
 
 PROFILE_LABEL = "swapwise.io/profile"
 NAME_LABEL = "kubernetes.io/metadata.name"
@@ -126,7 +126,7 @@ def to_bytes(s: str) -> str:
 
 
 def fmt(t: str) -> str:
-    """CEL twin of :func:`webhook.quantity.format_bytes` for the int expression ``t``."""
+    """CEL twin of :func:`webhook.base.quantity.format_bytes` for the int expression ``t``."""
     out = "string(" + t + ")"
     out = f"({t} % 1024 == 0 ? string({t} / 1024) + 'Ki' : {out})"
     for suffix, size in reversed((*_FORMAT_BINARY, *_FORMAT_DECIMAL)):

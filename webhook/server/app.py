@@ -35,10 +35,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Match, Route
 
-from webhook import __version__, codec
+from webhook import __version__
 from webhook.admission import InvalidReview, Outcome, decide, parse_review, review_response
+from webhook.base import codec
+from webhook.base.logs import get_logger
 from webhook.engine.warnings import warning
-from webhook.logs import get_logger
 from webhook.policy import Policy
 from webhook.server import asynclog
 from webhook.server.metrics import Metrics
@@ -49,9 +50,8 @@ MAX_BODY = 3 * 1024 * 1024  # the API server's own request limit is 3 MiB
 # sends it) and are answered on the event loop (a hop would cost more than the decision).
 # A bigger body is parsed and decided in a child process (LargeReviews), one at a time,
 # so that big reviews cannot stall /healthz or the ordinary admissions on the loop: this
-# bounds the slice of the loop one request takes (a 64 KiB review of nested arrays parses
-# in ~10 ms; 256 KiB ones, 40-60 ms each, pipelined by two clients, kept the probes waiting
-# over a second on a busy machine).
+# bounds the slice of the loop one request takes (pipelined reviews of a few hundred KiB
+# of nested arrays once kept the probes waiting for seconds: BENCHMARKS.md).
 OFFLOAD_BYTES = 64 * 1024
 
 ADMISSION_PREFIX = "/mutate/"
@@ -156,9 +156,9 @@ def parse_body(body: bytes) -> Any:
     Parsed JSON holds no reference cycles, so a collection during the parse finds nothing
     to free; but a body of many small containers (a review stuffed with nested arrays)
     allocates enough to trigger one every few hundred objects, each traversing what was
-    built so far: a 240 KB review of nested arrays took 200-600 ms to parse on the event
-    loop instead of 30-50 ms. That is the slice one connection's request holds the loop for
-    while every other connection, and the probes, wait.
+    built so far, which multiplies the parse time of a review of nested arrays. That is
+    the slice one connection's request holds the loop for while every other connection,
+    and the probes, wait.
     """
     if not gc.isenabled():
         return codec.loads(body)
@@ -200,7 +200,7 @@ def _lower_priority() -> None:
 class LargeReviews:
     """Huge reviews are evaluated in one child process, one at a time.
 
-    Parsing a 2 MiB review of 38,000 containers holds the GIL for ~60-90 ms in one call,
+    Parsing a review of tens of thousands of containers holds the GIL for the whole call,
     so a thread would still stall the event loop; a process does not, and it runs at a
     lower CPU priority (nice 10). Started on the first large review; if it dies, the
     next one starts a new one.

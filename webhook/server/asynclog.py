@@ -3,9 +3,8 @@
 Every admission logs one JSON line. Written from the event loop, each line is a
 ``write(2)`` that usually takes microseconds, but blocks for milliseconds whenever the
 file or pipe behind stderr stalls (page-cache writeback, a slow log collector): every
-request queued behind it waits too. Measured at 2,000 admissions/s on one worker, that
-was the p99 (24 ms with lines written in the loop, 2-3 ms with them queued; see
-BENCHMARKS.md).
+request queued behind it waits too. At a high admission rate on one worker, that decided
+the p99 (the figures with lines written in the loop and queued: BENCHMARKS.md).
 
 The writer thread should not wake per line either. It used to (a ``QueueListener``
 blocked on the queue): every admission woke it, it then waited for the GIL, got it the
@@ -33,7 +32,7 @@ the lines through the thread for a while. Otherwise, batches go to the thread as
 (Measured behind kube-apiserver: futex calls and context switches per admission against
 the floor, BENCHMARKS.md.)
 
-The queue is bounded (the loop holds at most one batch, 20 ms of lines): if the writer
+The queue is bounded (the loop holds at most one batch): if the writer
 cannot keep up, lines are dropped (and counted on stderr) rather than admissions delayed.
 Enqueueing is reentrant, so logging from a signal handler cannot deadlock against an
 interrupted log call. Forking (``serve --workers``) is handled: the writer thread stops
@@ -58,7 +57,7 @@ import time
 from collections import deque
 from typing import Any, ClassVar
 
-from webhook.logs import json_line
+from webhook.base.logs import json_line
 
 QUEUE_SIZE = 10_000
 # How long admission lines gather on the event loop before they go to the writer: the
@@ -254,7 +253,7 @@ def start() -> None:
     _State.enqueued = _State.written = 0
     _State.enqueue = _Enqueue(log_queue)
     root.handlers[:] = [_State.enqueue]
-    from webhook.logs import JsonFormatter
+    from webhook.base.logs import JsonFormatter
 
     _State.lines = all(isinstance(h, logging.StreamHandler)
                        and isinstance(h.formatter, JsonFormatter) for h in _State.handlers)

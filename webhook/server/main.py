@@ -10,7 +10,7 @@ import socket
 
 import uvloop
 
-from webhook.logs import configure
+from webhook.base.logs import configure
 from webhook.server import asynclog
 from webhook.server.options import ServeOptions
 from webhook.server.run import serve_socket

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import watchfiles
 
-from webhook.files import read_regular
-from webhook.logs import get_logger
+from webhook.base.files import read_regular
+from webhook.base.logs import get_logger
 from webhook.policy import (
     MAX_FILE_BYTES,
     Policy,

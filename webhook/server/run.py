@@ -13,7 +13,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from webhook.logs import get_logger
+from webhook.base.logs import get_logger
 from webhook.policy import Policy
 from webhook.server.app import AppState, create_app
 from webhook.server.metrics import Metrics

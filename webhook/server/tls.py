@@ -19,7 +19,7 @@ from pathlib import Path
 
 from cryptography import x509
 
-from webhook.files import read_regular
+from webhook.base.files import read_regular
 
 # TLS 1.2+ with forward-secret AEAD suites only (TLS 1.3 suites are always AEAD).
 CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"

@@ -46,12 +46,13 @@ with a body of at most OFFLOAD_BYTES itself, when the body is in
 (:meth:`GuardedHttpToolsProtocol.on_message_complete`): the admission's bytes from
 :meth:`Admission.respond <webhook.server.app.Admission.respond>`, the response in one
 write, the same bytes uvicorn would send. uvicorn's per-request machinery (a scope, a task,
-a RequestResponseCycle with its event, the ASGI messages) cost 12 % of the server's CPU per
-admission behind kube-apiserver (BENCHMARKS.md, "One server path"). Anything else (another
+a RequestResponseCycle with its event, the ASGI messages) is the larger part of the
+server's own CPU per admission behind kube-apiserver (measured: BENCHMARKS.md, "One server
+path"). Anything else (another
 route, a bigger or chunked body, ``Expect: 100-continue``, a second request in the same
 read, a request pipelined behind one still being answered, paused writing, shutdown, the
 concurrency limit) takes uvicorn's path. (The Outbox that once delayed these writes to the
-end of the loop's pass went: behind the API server it cost 3 %.)
+end of the loop's pass went: behind the API server it did not pay, BENCHMARKS.md.)
 
 The keep-alive timeout between requests stays uvicorn's (longer than the API server's
 90 s idle timeout, see options.py). The server owns its TLS listener (a handshake timeout),
@@ -75,7 +76,7 @@ import uvicorn
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-from webhook.logs import get_logger
+from webhook.base.logs import get_logger
 from webhook.server.app import OFFLOAD_BYTES, Admission, AppState, SwapwiseApp
 from webhook.server.options import ServeOptions
 

@@ -29,7 +29,7 @@ from types import FrameType
 import uvloop
 from prometheus_client import multiprocess
 
-from webhook.logs import get_logger
+from webhook.base.logs import get_logger
 from webhook.policy import PolicyError, load_policy
 from webhook.server import asynclog
 from webhook.server.options import ServeOptions

@@ -2,7 +2,7 @@
 
 Pure (no I/O, no clock): :func:`audit` takes the objects :mod:`webhook.cli.audit` listed
 through the API server as plain dicts, plus the policy, and returns :class:`Finding`\\ s.
-Whether a pod is "in shape" is decided by the same :func:`~webhook.engine.mutate_pod`
+Whether a pod is "in shape" is decided by the same :func:`~webhook.engine.reshape`
 the webhook runs: a running pod the engine would still patch is not.
 
 Checks (``Finding.check``):
@@ -38,10 +38,18 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-import jsonpatch
-
-from webhook.documents import size_problem
-from webhook.engine import backing, mutate_pod
+from webhook.analysis.hpa import utilisation_warnings
+from webhook.analysis.planner import backing_off
+from webhook.base.documents import size_problem
+from webhook.base.quantity import (
+    MAX_INT64,
+    MI,
+    QuantityError,
+    parse_quantity,
+    readable_bytes,
+    readable_ratio,
+)
+from webhook.engine import backing, reshape
 from webhook.engine.annotations import (
     ORIGINAL_ANNOTATION,
     PROFILE_ANNOTATION,
@@ -49,12 +57,9 @@ from webhook.engine.annotations import (
 )
 from webhook.engine.pod import MalformedPod, PodView
 from webhook.engine.pressure import PRESSURE_ANNOTATION, PRESSURE_LABEL, mark_forms
-from webhook.hpa import utilisation_warnings
 from webhook.labeller.labels import swap_permille
-from webhook.planner import backing_off
 from webhook.policy import Policy
 from webhook.profile import SWAP_LABEL, Profile
-from webhook.quantity import MAX_INT64, MI, QuantityError, format_bytes, parse_quantity
 
 NAMESPACE_LABEL = "swapwise.io/profile"
 BEHAVIOR_LABEL = "swapwise.io/swap-behavior"  # declared by node admins (docs/labeller.md)
@@ -203,12 +208,7 @@ def _quantity(value: Any) -> Fraction | None:
 
 
 def _size(value: Fraction | int) -> str:
-    number = int(-(-Fraction(value).numerator // Fraction(value).denominator))
-    return format_bytes(number) if number % MI == 0 else f"{number / MI:.1f}Mi"
-
-
-def _ratio(value: Fraction) -> str:
-    return f"{float(value):.3f}".rstrip("0").rstrip(".")
+    return readable_bytes(math.ceil(value))
 
 
 def node_swap_capacity(node: dict[str, Any]) -> int | None:
@@ -391,10 +391,11 @@ def _classify(
         owner = _controller(pod)
         if owner is not None and owner[0] == "ReplicaSet":
             owner = rs_owner.get((namespace, owner[1])) or owner
-        mutation = mutate_pod(pod, profile)
-        after = jsonpatch.apply_patch(pod, mutation.patch) if mutation.patch else None
+        result = reshape(pod, profile)
+        after = result.after if result.changed else None
         reshaped = PROFILE_ANNOTATION in _annotations(pod)
-        found.append(_Pod(pod, namespace, profile, owner, reshaped, after, mutation.warnings))
+        found.append(_Pod(pod, namespace, profile, owner, reshaped, after,
+                          result.mutation.warnings))
     return found
 
 
@@ -719,10 +720,11 @@ def _limit_problems(item: dict[str, Any], profile: Profile) -> list[tuple[str, d
         # Limits from the smallest at which the engine's target is the ratio, not minRequest.
         smallest = max(int(profile.min_request / profile.request_ratio), MI)
         problems.append((
-            f"maxLimitRequestRatio memory {_ratio(cap)}, but profile {profile.name} makes "
-            f"limit/request up to {_ratio(reshaped)} (requestRatio "
-            f"{_ratio(profile.request_ratio)}): reshaped pods with a memory limit from about "
-            f"{_size(smallest)} up are refused; set maxLimitRequestRatio: {_ratio(cap)} in "
+            f"maxLimitRequestRatio memory {readable_ratio(cap)}, but profile {profile.name} "
+            f"makes limit/request up to {readable_ratio(reshaped)} (requestRatio "
+            f"{readable_ratio(profile.request_ratio)}): reshaped pods with a memory limit from "
+            f"about {_size(smallest)} up are refused; set maxLimitRequestRatio: "
+            f"{readable_ratio(cap)} in "
             "the profile (or in a namespaces: override)",
             {"maxLimitRequestRatio": float(cap), "profileRatio": float(reshaped)},
         ))

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from webhook.base.quantity import ceil_mi, readable_bytes
 from webhook.engine.pod import MalformedPod, PodView
-from webhook.quantity import ceil_mi, format_bytes
 
 HPA_KIND = "HorizontalPodAutoscaler"
 
@@ -62,10 +62,11 @@ class HpaWarning:
         return (
             f"HorizontalPodAutoscaler/{self.hpa} scales {self.target_kind}/{self.target_name} "
             f"on memory utilisation {self.utilisation_target}% of {what}; swapwise lowers its "
-            f"memory request {_size(self.request_before)} -> {_size(self.request_after)}, so "
+            f"memory request {readable_bytes(self.request_before)} -> "
+            f"{readable_bytes(self.request_after)}, so "
             f"utilisation rises x{float(self.factor):.2f} for the same usage and the HPA "
             f"scales out: switch the metric to target.type AverageValue, averageValue "
-            f"{_size(self.average_value)} (the same point), or set averageUtilization "
+            f"{readable_bytes(self.average_value)} (the same point), or set averageUtilization "
             f"{self.scaled_target}"
         )
 
@@ -82,11 +83,6 @@ class HpaWarning:
             "suggestedAverageUtilization": self.scaled_target,
             "suggestedAverageValue": self.average_value,
         }
-
-
-def _size(value: int) -> str:
-    mi = 1024 * 1024
-    return format_bytes(value) if value % mi == 0 else f"{value / mi:.1f}Mi"
 
 
 def is_hpa(obj: Any) -> bool:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from webhook.quantity import QuantityError, parse_quantity
+from webhook.base.quantity import QuantityError, parse_quantity
 
 
 class OverheadError(ValueError):

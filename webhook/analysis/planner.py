@@ -1,8 +1,8 @@
 """Capacity math for ``swapwise plan``: what reshaping does to density on one node shape.
 
-Pure: a pod dict, a profile and a node shape in, numbers out. The reshaped pod comes from
-the same :func:`~webhook.engine.mutate_pod` the webhook runs, so the plan can never
-disagree with what admission will do. The formulas mirror the components that decide:
+Pure: a reshaped pod and a node shape in, numbers out. The reshape is the same
+:func:`~webhook.engine.reshape` the webhook runs, so the plan can never disagree with what
+admission will do. The formulas mirror the components that decide:
 
 - swap share of a container (kubelet, LimitedSwap): ``floor(request / memoryCapacity *
   swapCapacity)``, and only for containers of Burstable, non-critical pods whose memory
@@ -10,7 +10,7 @@ disagree with what admission will do. The formulas mirror the components that de
 - pod requests (scheduler): ``max(sum(containers + sidecars), max over init containers of
   (init request + sidecars started before it))``, or the pod-level request when set, plus
   the pod overhead (``spec.overhead``, from the pod's RuntimeClass; see
-  :mod:`webhook.overhead`).
+  :mod:`webhook.analysis.overhead`).
 
 Which container gets swap is :func:`~webhook.engine.pod.gets_swap`, the rule the webhook's
 placement uses too.
@@ -27,16 +27,13 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
 
-import jsonpatch
-
-from webhook.engine import backing, mutate_pod
+from webhook.analysis.overhead import NO_OVERHEAD, Overhead, RuntimeClass, pod_overhead
+from webhook.base.quantity import MI, ceil_mi
+from webhook.engine import Reshape, backing
 from webhook.engine.mutate import Mutation, uses_swap
 from webhook.engine.pod import ContainerView, MalformedPod, PodView
-from webhook.overhead import NO_OVERHEAD, Overhead, RuntimeClass, pod_overhead
 from webhook.profile import Profile
-from webhook.quantity import MI, ceil_mi
 
 DEFAULT_MAX_PODS = 110  # the kubelet's default maxPods
 
@@ -325,26 +322,24 @@ def _container_plan(
 
 
 def plan_pod(
-    pod: dict[str, Any],
-    profile: Profile,
+    reshaped: Reshape,
     node: Node,
     *,
-    daemonset: bool | None = None,
     runtime_classes: Mapping[str, RuntimeClass] | None = None,
 ) -> PodPlan:
-    """Reshape ``pod`` as the webhook would and measure it on ``node``, before and after.
+    """Measure a pod reshaped as the webhook would on ``node``, before and after.
 
     ``runtime_classes`` (by name) give the overhead of pods that name one in
     ``spec.runtimeClassName``. Raises :class:`~webhook.engine.pod.MalformedPod` when the
-    pod cannot be read, :class:`~webhook.overhead.OverheadError` when the API server would
+    pod cannot be read, :class:`~webhook.analysis.overhead.OverheadError` when the API server would
     reject its overhead.
     """
-    before = PodView.parse(pod)
-    mutation = mutate_pod(pod, profile, daemonset=daemonset)
+    before = PodView.parse(reshaped.pod)
+    mutation, profile, daemonset = reshaped.mutation, reshaped.profile, reshaped.daemonset
     if mutation.skipped == "malformed":
         raise MalformedPod("; ".join(mutation.warnings))
     overhead, warnings = pod_overhead(before.spec, runtime_classes or {})
-    after = PodView.parse(jsonpatch.apply_patch(pod, mutation.patch)) if mutation.patch else before
+    after = PodView.parse(reshaped.after) if reshaped.changed else before
     containers = tuple(
         _container_plan(old, new, eligible, node)
         for old, new, eligible in zip(

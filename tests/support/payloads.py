@@ -1,7 +1,7 @@
 """AdmissionReviews and requests as kube-apiserver sends them, for benchmarks and load tests.
 
 What the API server sends a webhook (captured from kube-apiserver 1.34 by
-benchmarks/capture.py, kept in benchmarks/captured/):
+benchmarks/capture.py, kept in tests/data/captured/):
 
 - ``POST /mutate/<profile>?timeout=<timeoutSeconds>s``: it always appends the webhook's
   timeout as a query (10 s is the API's default, the chart sets 5 s);

@@ -226,3 +226,14 @@ def format_bytes(value: int) -> str:
     if value % 1024 == 0:
         return f"{value // 1024}Ki"
     return str(value)
+
+
+def readable_bytes(value: int) -> str:
+    """A byte count for people: :func:`format_bytes` for whole MiB, else MiB with one
+    decimal (``1.5Mi`` rather than ``1536Ki``)."""
+    return format_bytes(value) if value % MI == 0 else f"{value / MI:.1f}Mi"
+
+
+def readable_ratio(value: Fraction) -> str:
+    """A ratio for people: at most three decimals, without trailing zeros."""
+    return f"{float(value):.3f}".rstrip("0").rstrip(".")
