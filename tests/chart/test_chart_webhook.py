@@ -8,6 +8,14 @@ import celpy
 import pytest
 from chartlib import NAMESPACE, RELEASE, Chart, one, webhooks
 
+from webhook.engine.pod import SKIP_KEY
+from webhook.engine.selection import (
+    NAME_LABEL,
+    NAMESPACE_LABEL,
+    excluded_namespaces,
+    webhook_match_conditions,
+)
+
 THREE = {
     "policy": {
         "profiles": {
@@ -159,6 +167,23 @@ def _conditions_pass(entry: dict[str, Any], pod: dict[str, Any]) -> bool:
 @pytest.fixture(scope="module")
 def entry(chart: Chart) -> dict[str, Any]:
     return webhooks(chart.render())[0]
+
+
+@pytest.mark.parametrize("extra", [[], ["team-x", "kube-system"]], ids=["default", "extra"])
+def test_the_chart_states_the_engine_s_selection_rules(chart: Chart, extra: list[str]) -> None:
+    """The chart's template says what webhook.engine.selection says: the match conditions
+    word for word, the opt-in label, the skip label and the excluded namespaces in order."""
+    values = {"webhook": {"excludeNamespaces": extra}} if extra else {}
+    (entry,) = webhooks(chart.render(values))
+    assert entry["matchConditions"] == webhook_match_conditions()
+    by_key = {e["key"]: e for e in entry["namespaceSelector"]["matchExpressions"]}
+    assert by_key.keys() == {NAMESPACE_LABEL, NAME_LABEL}
+    assert by_key[NAMESPACE_LABEL] == {"key": NAMESPACE_LABEL, "operator": "In",
+                                       "values": ["default"]}
+    assert by_key[NAME_LABEL]["operator"] == "NotIn"
+    assert by_key[NAME_LABEL]["values"] == excluded_namespaces(NAMESPACE, extra)
+    assert entry["objectSelector"] == {"matchExpressions": [
+        {"key": SKIP_KEY, "operator": "NotIn", "values": ["true"]}]}
 
 
 def test_match_conditions_are_named_and_unique(entry: dict[str, Any]) -> None:

@@ -57,14 +57,12 @@ from webhook.engine.annotations import (
 )
 from webhook.engine.pod import MalformedPod, PodView
 from webhook.engine.pressure import PRESSURE_ANNOTATION, PRESSURE_LABEL, mark_forms
+from webhook.engine.selection import ALWAYS_EXCLUDED_NAMESPACES, NAMESPACE_LABEL
 from webhook.labeller.labels import swap_permille
 from webhook.policy import Policy
 from webhook.profile import SWAP_LABEL, Profile
 
-NAMESPACE_LABEL = "swapwise.io/profile"
 BEHAVIOR_LABEL = "swapwise.io/swap-behavior"  # declared by node admins (docs/labeller.md)
-# The chart's namespaceSelector never covers these: nothing there is reshaped.
-EXCLUDED_NAMESPACES = frozenset({"kube-system", "kube-node-lease"})
 VPA_GROUP = "autoscaling.k8s.io"
 
 CHECKS = (
@@ -302,7 +300,7 @@ def opted_in(namespaces: Iterable[dict[str, Any]]) -> dict[str, str]:
     for ns in namespaces:
         name = _name(ns)
         wanted = _labels(ns).get(NAMESPACE_LABEL)
-        if isinstance(wanted, str) and name not in EXCLUDED_NAMESPACES:
+        if isinstance(wanted, str) and name not in ALWAYS_EXCLUDED_NAMESPACES:
             found[name] = wanted
     return found
 

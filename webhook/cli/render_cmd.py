@@ -14,9 +14,9 @@ from typing import Any
 import yaml
 
 from webhook.cli.common import CommandError, fail, policy_from
+from webhook.engine.selection import ALWAYS_EXCLUDED_NAMESPACES
 from webhook.render.admission_policy import (
     API_VERSIONS,
-    EXCLUDED_NAMESPACES,
     Unrenderable,
     helm_values,
     render_admission_policies,
@@ -58,7 +58,7 @@ def register(subcommands: Any) -> None:
                          "the chart's webhook)")
     ap.add_argument("--exclude-namespace", action="append", metavar="NS", default=None,
                     help="namespace never mutated, repeatable (default: "
-                         f"{', '.join(EXCLUDED_NAMESPACES)})")
+                         f"{', '.join(ALWAYS_EXCLUDED_NAMESPACES)})")
     ap.add_argument("--format", choices=FORMATS, default="yaml",
                     help="yaml: the objects, for kubectl apply; helm-values: a values file "
                          "for charts/swapwise (mode: admissionPolicy, the objects under "
@@ -69,7 +69,7 @@ def register(subcommands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         policy = policy_from(args.policy)
-        excluded = tuple(args.exclude_namespace or EXCLUDED_NAMESPACES)
+        excluded = tuple(args.exclude_namespace or ALWAYS_EXCLUDED_NAMESPACES)
         objects = render_admission_policies(policy, args.api_version, args.failure_policy,
                                             excluded)
     except CommandError as exc:

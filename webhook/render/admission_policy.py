@@ -42,14 +42,12 @@ from webhook.engine.pod import (
     SKIP_KEY,
 )
 from webhook.engine.resources import target
+from webhook.engine.selection import ALWAYS_EXCLUDED_NAMESPACES, NAME_LABEL, NAMESPACE_LABEL
 from webhook.engine.vpa import OBSERVED_ANNOTATION, UPDATES_ANNOTATION
 from webhook.engine.warnings import MAX_WARNING
 from webhook.policy import Policy
 from webhook.profile import LabelSelector, Profile
 
-PROFILE_LABEL = "swapwise.io/profile"
-NAME_LABEL = "kubernetes.io/metadata.name"
-EXCLUDED_NAMESPACES = ("kube-system", "kube-node-lease")
 API_VERSIONS = ("v1", "v1beta1")
 # cel-go's parser refuses an expression longer than this (in code points), and so does
 # the API server: a policy holding one is refused as a whole.
@@ -716,7 +714,7 @@ def _targets(policy: Policy) -> list[Target]:
 
 def _namespace_selector(target_: Target, excluded: Sequence[str]) -> dict[str, Any]:
     expressions: list[dict[str, Any]] = [
-        {"key": PROFILE_LABEL, "operator": "In", "values": [target_.profile.name]},
+        {"key": NAMESPACE_LABEL, "operator": "In", "values": [target_.profile.name]},
     ]
     if target_.namespace is not None:
         expressions.append({"key": NAME_LABEL, "operator": "In", "values": [target_.namespace]})
@@ -735,7 +733,7 @@ def render_target(
     target_: Target,
     api_version: str = "v1",
     failure_policy: str = "Ignore",
-    excluded_namespaces: Sequence[str] = EXCLUDED_NAMESPACES,
+    excluded_namespaces: Sequence[str] = ALWAYS_EXCLUDED_NAMESPACES,
 ) -> list[dict[str, Any]]:
     """The four objects of one profile (or namespace override)."""
     cel = _Cel(target_.profile)
@@ -743,7 +741,7 @@ def render_target(
     rules = {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
                                 "operations": ["CREATE"], "resources": ["pods"]}]}
     labels = {"app.kubernetes.io/managed-by": "swapwise",
-              PROFILE_LABEL: target_.profile.name}
+              NAMESPACE_LABEL: target_.profile.name}
     selector = _namespace_selector(target_, excluded_namespaces)
     conditions = cel.match_conditions()
     shared = cel.variables()
@@ -805,7 +803,7 @@ def render_admission_policies(
     policy: Policy,
     api_version: str = "v1",
     failure_policy: str = "Ignore",
-    excluded_namespaces: Sequence[str] = EXCLUDED_NAMESPACES,
+    excluded_namespaces: Sequence[str] = ALWAYS_EXCLUDED_NAMESPACES,
 ) -> list[dict[str, Any]]:
     """Every profile's policies and bindings; raises :class:`Unrenderable` (nothing
     rendered) when any profile cannot be expressed in CEL."""
