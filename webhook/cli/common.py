@@ -92,6 +92,15 @@ def reshape_workloads(
         yield obj, WorkloadReshape(workload, written, vpa, reshaped)
 
 
+def policy_for_workloads(policy_path: str | None, profile_name: str | None) -> Policy:
+    """The policy for ``preview`` and ``plan``; a ``--profile`` it lacks is an error before
+    any input is read (the profile is chosen again per workload, by namespace)."""
+    policy = policy_from(policy_path)
+    if profile_name is not None:
+        choose_profile(policy, profile_name, None)
+    return policy
+
+
 # Manifests: at most this much input in all (a file, stdin, or a directory's files). A
 # policy is one small object (1 MiB, a ConfigMap's limit); a manifest stream may be a whole
 # `helm template`. Each file is then held to webhook.base.documents' bounds: nested at most

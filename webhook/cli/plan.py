@@ -47,9 +47,8 @@ from webhook.base.quantity import (
 )
 from webhook.cli.common import (
     CommandError,
-    choose_profile,
     fail,
-    policy_from,
+    policy_for_workloads,
     read_documents,
     reshape_workloads,
 )
@@ -392,9 +391,7 @@ def _print_warnings(plans: list[WorkloadPlan], out: TextIO) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         node = node_from(args)
-        policy = policy_from(args.policy)
-        if args.profile is not None:
-            choose_profile(policy, args.profile, None)  # fail fast on a typo
+        policy = policy_for_workloads(args.policy, args.profile)
         documents = read_documents(args.filename)
         extra = (read_documents(args.runtime_class_file)
                  if args.runtime_class_file is not None else None)

@@ -18,9 +18,8 @@ from webhook.analysis.hpa import manifest_warnings
 from webhook.analysis.workloads import find_workload, iter_objects
 from webhook.cli.common import (
     CommandError,
-    choose_profile,
     fail,
-    policy_from,
+    policy_for_workloads,
     read_documents,
     reshape_workloads,
 )
@@ -132,9 +131,7 @@ def render(results: list[tuple[Any, Any]], output: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        policy = policy_from(args.policy)
-        if args.profile is not None:
-            choose_profile(policy, args.profile, None)  # fail fast on a typo
+        policy = policy_for_workloads(args.policy, args.profile)
         results = preview(
             read_documents(args.filename), policy, args.profile, args.namespace, sys.stderr
         )
