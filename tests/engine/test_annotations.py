@@ -12,7 +12,13 @@ from tests.support.engine_check import apply
 from tests.support.engine_tables import DEFAULT
 from tests.support.pods import guaranteed, pod
 from webhook.engine import mutate_pod
-from webhook.engine.annotations import _compact_json
+from webhook.engine.annotations import (
+    ORIGINAL_ANNOTATION,
+    RECORDED_LIMIT,
+    RECORDED_PARTS,
+    RECORDED_REQUEST,
+    _compact_json,
+)
 
 
 def test_annotations_created_when_pod_has_none() -> None:
@@ -68,3 +74,29 @@ def test_long_container_names_keep_warnings_short() -> None:
 def test_the_original_annotation_text_is_the_stdlib_compact_json(value: dict) -> None:
     """orjson writes it on the hot path; the text must be what json.dumps writes."""
     assert _compact_json(value) == json.dumps(value, separators=(",", ":"))
+
+
+def _read_as_the_cel_does(text: str, name: str) -> list[str]:
+    """cel_recorded's string operations, step for step, in Python."""
+    key = json.dumps(name) + ":"  # strings.quote(name) + ':'
+    entry = text[text.index(key) + len(key):]
+    return entry[:entry.index("}") + 1].split('"')
+
+
+def test_the_rendered_policies_read_the_annotation_the_engine_writes() -> None:
+    """The CEL form of swapwise.io/original (cel_recorded and RECORDED_*) finds each
+    container's recorded request and limit in the text the Python encoder writes; an entry
+    of {} (defaultLimit) has too few parts. The e2e equivalence test runs the CEL itself."""
+    recorded = {"app": {"request": "2Gi", "limit": "2Gi"}, "side-car.1": {},
+                "web": {"request": "1500M", "limit": "3Gi"}}
+    text = _compact_json(recorded)
+    for name, entry in recorded.items():
+        parts = _read_as_the_cel_does(text, name)
+        if not entry:
+            assert len(parts) < RECORDED_PARTS
+            continue
+        assert len(parts) >= RECORDED_PARTS
+        assert parts[RECORDED_REQUEST] == entry["request"]
+        assert parts[RECORDED_LIMIT] == entry["limit"]
+    written = mutate_pod(pod(guaranteed("3Gi")), DEFAULT).patch[-1]["value"][ORIGINAL_ANNOTATION]
+    assert _read_as_the_cel_does(written, "app")[RECORDED_LIMIT] == "3Gi"

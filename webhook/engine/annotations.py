@@ -17,7 +17,11 @@ from webhook.engine.pointer import PatchOp, add, set_member
 from webhook.engine.resources import ContainerChange
 from webhook.engine.warnings import warning
 
-__all__ = ["ORIGINAL_ANNOTATION", "PROFILE_ANNOTATION", "annotation_ops"]
+__all__ = [
+    "ORIGINAL_ANNOTATION", "PROFILE_ANNOTATION", "RECORDED_LIMIT", "RECORDED_PARTS",
+    "RECORDED_REQUEST", "annotation_ops", "cel_entry", "cel_has_entry", "cel_merged",
+    "cel_recorded",
+]
 
 # One encoder for every call: json.dumps with options builds a new one each time.
 _COMPACT = json.JSONEncoder(separators=(",", ":"))
@@ -100,3 +104,44 @@ def annotation_ops(
         set_member("/metadata/annotations", view.annotations, key, value)
         for key, value in wanted.items()
     ], warnings
+
+
+# ---- The same annotation in CEL, for the rendered admission policies (webhook/render) ----
+# Kubernetes' CEL has no JSON parser, so the policies write and read the text that
+# _compact_json writes by its fixed shape: {"<name>":{"request":"<q>","limit":"<q>"},...},
+# an entry of {} for a container that got defaultLimit. Arguments are CEL expressions.
+
+# A recorded entry split at '"' (cel_recorded): its request, its limit, and the parts it has;
+# fewer parts: recorded as {} (the container had no memory settings).
+RECORDED_REQUEST = 3
+RECORDED_LIMIT = 7
+RECORDED_PARTS = 8
+
+
+def cel_has_entry(text: str, name: str) -> str:
+    """CEL: whether annotation text ``text`` records container ``name``."""
+    return f"{text}.contains(strings.quote({name}) + ':')"
+
+
+def cel_entry(name: str, request: str, limit: str, defaulted: str) -> str:
+    """CEL: one container's entry, ``"<name>":{...}``, as :func:`_compact_json` writes it
+    (``{}`` where ``defaulted``)."""
+    value = (f"{defaulted} ? '{{}}' : '{{\"request\":' + strings.quote({request}) + "
+             f"',\"limit\":' + strings.quote({limit}) + '}}'")
+    return f"strings.quote({name}) + ':' + ({value})"
+
+
+def cel_merged(old: str, entries: str) -> str:
+    """CEL: the annotation text ``old`` (``''`` when absent) with the list of entries
+    ``entries`` added, as :func:`_original` merges them (earlier entries first)."""
+    return (f"{old}.matches('^[{{].*[}}]$') && {old} != '{{}}' ? {old}.substring(0, "
+            f"{old}.size() - 1) + ({entries}.size() > 0 ? ',' : '') + "
+            f"{entries}.join(',') + '}}' : '{{' + {entries}.join(',') + '}}'")
+
+
+def cel_recorded(text: str, name: str) -> str:
+    """CEL: container ``name``'s entry in ``text`` split at ``"``: see RECORDED_*."""
+    key = f"strings.quote({name}) + ':'"
+    entry = f"{text}.substring({text}.indexOf({key}) + size({key}))"
+    entry = f"{entry}.substring(0, {entry}.indexOf('}}') + 1)"
+    return f"{entry}.split('\"')"

@@ -22,6 +22,15 @@ from fractions import Fraction
 from typing import Any
 
 from webhook.base.quantity import _FORMAT_BINARY, _FORMAT_DECIMAL, INT64_SAFE, MI, format_bytes
+from webhook.engine.annotations import (
+    RECORDED_LIMIT,
+    RECORDED_PARTS,
+    RECORDED_REQUEST,
+    cel_entry,
+    cel_has_entry,
+    cel_merged,
+    cel_recorded,
+)
 from webhook.engine.backing import PERMILLE_LABEL, container_need
 from webhook.engine.mutate import BACKING_WARNING
 from webhook.engine.placement import (
@@ -391,17 +400,15 @@ class _Cel:
         parts = []
         for kind, items, _ in KINDS:
             v = f"variables.{kind}"
-            key = "strings.quote(c.name) + ':'"
-            entry = (f"{orig}.substring({orig}.indexOf({key}) + size({key}))")
-            entry = f"{entry}.substring(0, {entry}.indexOf('}}') + 1)"  # '}' in CEL
-            rec = f"{entry}.split('\"')"
+            rec = cel_recorded(orig, "c.name")
+            req, lim = f"{rec}[{RECORDED_REQUEST}]", f"{rec}[{RECORDED_LIMIT}]"
             changed = (
-                f"{orig}.contains({key}) ? ({rec}.size() < 8 ? c.name + ' memory limit ' + "
-                f"{v}Lim[i] + ' (defaultLimit), request ' + {v}Req[i] : {rec}[7] != {v}Lim[i] ? "
-                f"c.name + ' memory limit ' + {rec}[7] + ' -> ' + {v}Lim[i] + ' (request ' + "
-                f"{rec}[3] + ' kept: a VerticalPodAutoscaler sets it)' : {rec}[3] != {v}Req[i] ? "
-                f"c.name + ' memory request ' + {rec}[3] + ' -> ' + {v}Req[i] + ' (limit ' + "
-                f"{rec}[7] + ')' : '') : ''"
+                f"{cel_has_entry(orig, 'c.name')} ? ({rec}.size() < {RECORDED_PARTS} ? c.name + "
+                f"' memory limit ' + {v}Lim[i] + ' (defaultLimit), request ' + {v}Req[i] : "
+                f"{lim} != {v}Lim[i] ? c.name + ' memory limit ' + {lim} + ' -> ' + {v}Lim[i] + "
+                f"' (request ' + {req} + ' kept: a VerticalPodAutoscaler sets it)' : "
+                f"{req} != {v}Req[i] ? c.name + ' memory request ' + {req} + ' -> ' + {v}Req[i] "
+                f"+ ' (limit ' + {lim} + ')' : '') : ''"
             )
             limit_b = f"{v}LimB[i]"
             default_b = str(p.default_limit or 0)
@@ -637,11 +644,9 @@ class _Cel:
         entries = []
         for kind, items, _ in KINDS:
             v = f"variables.{kind}"
-            value = (f"{v}Mode[i] == 'default' ? '{{}}' : '{{\"request\":' + "
-                     f"strings.quote({v}Req[i]) + ',\"limit\":' + strings.quote({v}Lim[i]) + '}}'")
-            entries.append(
-                f"{items}.transformList(i, c, {v}Chg[i] && !{orig}.orValue('')"
-                f".contains(strings.quote(c.name) + ':'), strings.quote(c.name) + ':' + ({value}))")
+            entry = cel_entry("c.name", f"{v}Req[i]", f"{v}Lim[i]", f"{v}Mode[i] == 'default'")
+            recorded = cel_has_entry(f"{orig}.orValue('')", "c.name")
+            entries.append(f"{items}.transformList(i, c, {v}Chg[i] && !{recorded}, {entry})")
         old = f"{orig}.orValue('')"
         name = q(p.name)
         ann = "object.metadata.?annotations"
@@ -656,10 +661,7 @@ class _Cel:
             ("core", f"variables.vpaSkip ? [] : {changes} + "
                      f"(variables.placement ? {placement_ops} : [])"),
             ("origEntries", " + ".join(entries)),
-            ("origJSON",
-             f"{old}.matches('^[{{].*[}}]$') && {old} != '{{}}' ? {old}.substring(0, "
-             f"{old}.size() - 1) + (variables.origEntries.size() > 0 ? ',' : '') + "
-             "variables.origEntries.join(',') + '}' : '{' + variables.origEntries.join(',') + '}'"),
+            ("origJSON", cel_merged(old, "variables.origEntries")),
             ("writeOrig", f"variables.anyChg && (!{orig}.hasValue() || "
                           "variables.origEntries.size() > 0)"),
             ("annOps",
