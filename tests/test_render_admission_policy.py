@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+import string
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 import yaml
 
 from tests.support.server_proc import SWAPWISE
+from webhook.engine import warnings as warnings_module
 from webhook.engine.backing import PERMILLE_LABEL, container_need
 from webhook.engine.mutate import backing_warning
 from webhook.engine.pressure import PRESSURE_LABEL
@@ -341,3 +343,22 @@ def test_cli_refuses_a_too_long_expression_and_prints_nothing(tmp_path: Path) ->
     out = swapwise("render", "admission-policy", "--policy", str(file))
     assert (out.returncode, out.stdout) == (1, "")
     assert "profiles.big: MutatingAdmissionPolicy swapwise-big" in out.stderr
+
+
+@pytest.mark.parametrize("template", [
+    warnings_module.LIMIT_ADDED, warnings_module.LIMIT_RAISED, warnings_module.REQUEST_LOWERED,
+    warnings_module.REQUEST_NOT_BELOW, warnings_module.LIMIT_NOT_ABOVE,
+    warnings_module.VPA_RAN_AFTER, warnings_module.VPA_SKIP,
+])
+def test_a_warning_template_reads_the_same_in_cel_as_in_python(template: str) -> None:
+    """The rendered warning policy builds each warning with cel_format from the engine's
+    own template: evaluated, it is the text the engine writes with str.format."""
+    values = {"name": "web-1", "limit": "2Gi", "request": "683Mi", "raised": "6Gi",
+              "before": "2Gi"}
+    names = [field for _, field, _, _ in string.Formatter().parse(template) if field]
+    expression = warnings_module.cel_format(
+        template, **{name: f"values.{name}" for name in names})
+    env = celpy.Environment()
+    got = env.program(env.compile(expression)).evaluate(
+        {"values": celpy.json_to_cel(values)})
+    assert str(got) == template.format(**values)

@@ -27,7 +27,7 @@ from webhook.engine.pointer import PatchOp
 from webhook.engine.resize import resize_ops
 from webhook.engine.resources import ContainerChange, plan_resources, resource_ops
 from webhook.engine.vpa import vpa_memory_containers
-from webhook.engine.warnings import warning
+from webhook.engine.warnings import VPA_RAN_AFTER, VPA_SKIP, warning
 from webhook.profile import Placement, Profile
 
 
@@ -135,10 +135,8 @@ def _vpa_skip_warning(view: PodView) -> str:
     if view.annotations.get(PROFILE_ANNOTATION) is not None:
         # Reinvoked after the VPA's webhook: our first pass came before it (webhook order),
         # and the VPA has since set the requests, scaling the limits in proportion.
-        return warning("VerticalPodAutoscaler ran after swapwise reshaped this pod; its "
-                       "memory requests are the VPA's (docs/vpa.md)")
-    return warning("pod left unchanged: a VerticalPodAutoscaler manages its memory "
-                   "(vpaPods: skip)")
+        return warning(VPA_RAN_AFTER)
+    return warning(VPA_SKIP)
 
 
 def mutate_pod(

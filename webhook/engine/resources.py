@@ -12,7 +12,14 @@ from typing import Any
 from webhook.base.quantity import MI, format_bytes
 from webhook.engine.pod import ContainerView, Exact, PodView
 from webhook.engine.pointer import PatchOp, add, set_member
-from webhook.engine.warnings import warning
+from webhook.engine.warnings import (
+    LIMIT_ADDED,
+    LIMIT_NOT_ABOVE,
+    LIMIT_RAISED,
+    REQUEST_LOWERED,
+    REQUEST_NOT_BELOW,
+    warning,
+)
 from webhook.profile import Profile
 
 
@@ -81,10 +88,9 @@ def plan_container(
         request_bytes = _ceil(limit)
         new_limit = raised_limit(request_bytes, profile)
         if new_limit <= request_bytes:
-            return warning(
-                f"{container.name} memory left unchanged: limit {format_bytes(new_limit)} "
-                f"would not be above request {format_bytes(request_bytes)}"
-            )
+            return warning(LIMIT_NOT_ABOVE.format(
+                name=container.name, limit=format_bytes(new_limit),
+                request=format_bytes(request_bytes)))
         return ContainerChange(container, request_bytes, new_limit, False, container.written,
                                limit_raised=True)
     if limit is not None:
@@ -99,10 +105,9 @@ def plan_container(
         return None
     new_request = target(limit_bytes, profile)
     if new_request >= limit_bytes:
-        return warning(
-            f"{container.name} memory left unchanged: request {format_bytes(new_request)} "
-            f"would not be below limit {format_bytes(limit_bytes)}"
-        )
+        return warning(REQUEST_NOT_BELOW.format(
+            name=container.name, request=format_bytes(new_request),
+            limit=format_bytes(limit_bytes)))
     return ContainerChange(container, new_request, limit_bytes, limit_added,
                            container.written)
 
@@ -131,13 +136,14 @@ def describe(change: ContainerChange) -> str:
     name, request = change.container.name, format_bytes(change.request)
     if change.limit_added:
         limit = format_bytes(change.limit)
-        return warning(f"{name} memory limit {limit} (defaultLimit), request {request}")
+        return warning(LIMIT_ADDED.format(name=name, limit=limit, request=request))
     limit, before = change.original["limit"], change.original["request"]
     if change.limit_raised:
         raised = format_bytes(change.limit)
-        return warning(f"{name} memory limit {limit} -> {raised} (request {before} kept: "
-                       f"a VerticalPodAutoscaler sets it)")
-    return warning(f"{name} memory request {before} -> {request} (limit {limit})")
+        return warning(LIMIT_RAISED.format(name=name, limit=limit, raised=raised,
+                                           request=before))
+    return warning(REQUEST_LOWERED.format(name=name, before=before, request=request,
+                                          limit=limit))
 
 
 def resource_ops(change: ContainerChange) -> list[PatchOp]:

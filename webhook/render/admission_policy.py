@@ -53,7 +53,17 @@ from webhook.engine.pod import (
 from webhook.engine.resources import target
 from webhook.engine.selection import ALWAYS_EXCLUDED_NAMESPACES, NAME_LABEL, NAMESPACE_LABEL
 from webhook.engine.vpa import OBSERVED_ANNOTATION, UPDATES_ANNOTATION
-from webhook.engine.warnings import MAX_WARNING
+from webhook.engine.warnings import (
+    LIMIT_ADDED,
+    LIMIT_NOT_ABOVE,
+    LIMIT_RAISED,
+    MAX_WARNING,
+    REQUEST_LOWERED,
+    REQUEST_NOT_BELOW,
+    VPA_RAN_AFTER,
+    VPA_SKIP,
+    cel_format,
+)
 from webhook.policy import Policy
 from webhook.profile import LabelSelector, Profile
 
@@ -402,24 +412,30 @@ class _Cel:
             v = f"variables.{kind}"
             rec = cel_recorded(orig, "c.name")
             req, lim = f"{rec}[{RECORDED_REQUEST}]", f"{rec}[{RECORDED_LIMIT}]"
+            now_req, now_lim = f"{v}Req[i]", f"{v}Lim[i]"
+            added = cel_format(LIMIT_ADDED, name="c.name", limit=now_lim, request=now_req)
+            raised = cel_format(LIMIT_RAISED, name="c.name", limit=lim, raised=now_lim,
+                                request=req)
+            lowered = cel_format(REQUEST_LOWERED, name="c.name", before=req, request=now_req,
+                                 limit=lim)
             changed = (
-                f"{cel_has_entry(orig, 'c.name')} ? ({rec}.size() < {RECORDED_PARTS} ? c.name + "
-                f"' memory limit ' + {v}Lim[i] + ' (defaultLimit), request ' + {v}Req[i] : "
-                f"{lim} != {v}Lim[i] ? c.name + ' memory limit ' + {lim} + ' -> ' + {v}Lim[i] + "
-                f"' (request ' + {req} + ' kept: a VerticalPodAutoscaler sets it)' : "
-                f"{req} != {v}Req[i] ? c.name + ' memory request ' + {req} + ' -> ' + {v}Req[i] "
-                f"+ ' (limit ' + {lim} + ')' : '') : ''"
+                f"{cel_has_entry(orig, 'c.name')} ? ({rec}.size() < {RECORDED_PARTS} ? "
+                f"{added} : {lim} != {now_lim} ? {raised} : {req} != {now_req} ? {lowered} : "
+                "'') : ''"
             )
             limit_b = f"{v}LimB[i]"
             default_b = str(p.default_limit or 0)
+            new = fmt(f"{v}New[i]")
+            not_below = cel_format(REQUEST_NOT_BELOW, name="c.name", request=new,
+                                   limit=fmt(limit_b))
+            not_below_default = cel_format(REQUEST_NOT_BELOW, name="c.name", request=new,
+                                           limit=fmt(default_b))
+            not_above = cel_format(LIMIT_NOT_ABOVE, name="c.name", limit=new,
+                                   request=fmt(limit_b))
             unchanged = (
-                f"{v}Mode[i] == 'target' && !{v}Chg[i] ? c.name + ' memory left unchanged: "
-                f"request ' + {fmt(f'{v}New[i]')} + ' would not be below limit ' + "
-                f"{fmt(limit_b)} : {v}Mode[i] == 'default' && !{v}Chg[i] ? c.name + ' memory "
-                f"left unchanged: request ' + {fmt(f'{v}New[i]')} + ' would not be below limit "
-                f"' + {fmt(default_b)} : {v}Mode[i] == 'vpa' && !{v}Chg[i] ? c.name + ' memory "
-                f"left unchanged: limit ' + {fmt(f'{v}New[i]')} + ' would not be above request "
-                f"' + {fmt(limit_b)} : ''"
+                f"{v}Mode[i] == 'target' && !{v}Chg[i] ? {not_below} : "
+                f"{v}Mode[i] == 'default' && !{v}Chg[i] ? {not_below_default} : "
+                f"{v}Mode[i] == 'vpa' && !{v}Chg[i] ? {not_above} : ''"
             )
             out.append((f"{kind}Msg", f"{items}.transformList(i, c, {changed})"))
             parts.append(f"{items}.transformList(i, c, {v}Msg[i] != '' ? {v}Msg[i] : "
@@ -436,10 +452,9 @@ class _Cel:
             before, after = BACKING_WARNING
             parts.append(f"[variables.backingNeed > 0 ? {q(before)} + "
                          f"string(variables.backingNeed) + {q(after)} : '']")
-        vpa = ("[variables.vpaSkip ? (" + q(PROFILE_ANNOTATION) + " in object.metadata.?"
-               "annotations.orValue({}) ? 'VerticalPodAutoscaler ran after swapwise reshaped "
-               "this pod; its memory requests are the VPA\\'s (docs/vpa.md)' : 'pod left "
-               "unchanged: a VerticalPodAutoscaler manages its memory (vpaPods: skip)') : '']")
+        vpa = (f"[variables.vpaSkip ? ({q(PROFILE_ANNOTATION)} in object.metadata.?"
+               f"annotations.orValue({{}}) ? {cel_format(VPA_RAN_AFTER)} : "
+               f"{cel_format(VPA_SKIP)}) : '']")
         every = f"({vpa} + (variables.vpaSkip ? [] : {' + '.join(parts)}))"
         limit = MAX_WARNING
         out.append(("msgs", f"{every}.filter(m, m != '').map(m, 'swapwise: ' + m)"
