@@ -24,9 +24,11 @@ placement get none.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from webhook.engine.backing import PERMILLE_LABEL
+from webhook.engine.cel import cel_string
 from webhook.engine.pod import PodView, as_dict, as_list
 from webhook.engine.pointer import PatchOp, add, replace
 from webhook.engine.pressure import PRESSURE_LABEL
@@ -173,7 +175,7 @@ def _preferred_ops(
     return [add("/spec/affinity", {"nodeAffinity": {PREFERRED: [entry]}})]
 
 
-def _normalized(toleration: Any) -> dict[str, Any]:
+def normalized_toleration(toleration: Any) -> dict[str, Any]:
     """Tolerations compare equal when they differ only by defaulted fields."""
     toleration = as_dict(toleration, "spec.tolerations[]")
     return {
@@ -192,10 +194,10 @@ def _toleration_ops(spec: dict[str, Any], placement: Placement) -> list[PatchOp]
             if type(toleration) is not dict:
                 as_dict(toleration, "spec.tolerations[]")
         return []
-    seen = [_normalized(t) for t in existing]
+    seen = [normalized_toleration(t) for t in existing]
     missing: list[dict[str, Any]] = []
     for toleration in placement.tolerations:
-        normalized = _normalized(toleration)
+        normalized = normalized_toleration(toleration)
         if normalized not in seen:
             seen.append(normalized)
             missing.append(dict(toleration))
@@ -204,6 +206,32 @@ def _toleration_ops(spec: dict[str, Any], placement: Placement) -> list[PatchOp]
     if existing:
         return [add("/spec/tolerations/-", t) for t in missing]
     return [add("/spec/tolerations", missing)]
+
+
+def unique_tolerations(tolerations: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``tolerations`` without repeats (equal as :func:`normalized_toleration` says)."""
+    seen: list[dict[str, Any]] = []
+    out = []
+    for toleration in tolerations:
+        normalized = normalized_toleration(toleration)
+        if normalized not in seen:
+            seen.append(normalized)
+            out.append(dict(toleration))
+    return out
+
+
+def cel_toleration_equal(t: str, toleration: dict[str, Any]) -> str:
+    """CEL: whether the toleration ``t`` (a CEL expression) equals ``toleration`` as
+    :func:`normalized_toleration` compares them, for the rendered admission policies."""
+    wanted = normalized_toleration(toleration)
+    seconds = wanted["tolerationSeconds"]
+    same_seconds = (f"!has({t}.tolerationSeconds)" if seconds is None
+                    else f"{t}.?tolerationSeconds.orValue(-1) == {seconds}")
+    return (f"{t}.?key.orValue('') == {cel_string(wanted['key'])} && "
+            f"({t}.?operator.orValue('') == '' ? 'Equal' : {t}.?operator.orValue('')) == "
+            f"{cel_string(wanted['operator'])} && {t}.?value.orValue('') == "
+            f"{cel_string(wanted['value'])} && {t}.?effect.orValue('') == "
+            f"{cel_string(wanted['effect'])} && {same_seconds}")
 
 
 def placement_ops(view: PodView, placement: Placement, need: int = 0) -> list[PatchOp]:

@@ -15,8 +15,7 @@ is rendered at all.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -32,13 +31,16 @@ from webhook.engine.annotations import (
     cel_recorded,
 )
 from webhook.engine.backing import PERMILLE_LABEL, container_need
+from webhook.engine.cel import cel_string as q
 from webhook.engine.mutate import BACKING_WARNING
 from webhook.engine.placement import (
     MAX_DIGITS,
     PREFERRED,
     REQUIRED,
     backing_expression,
+    cel_toleration_equal,
     pressure_expression,
+    unique_tolerations,
 )
 from webhook.engine.pod import (
     CRITICAL_CLASSES,
@@ -50,6 +52,7 @@ from webhook.engine.pod import (
     PROFILE_ANNOTATION,
     SKIP_KEY,
 )
+from webhook.engine.resize import RESTART
 from webhook.engine.resources import target
 from webhook.engine.selection import ALWAYS_EXCLUDED_NAMESPACES, NAME_LABEL, NAMESPACE_LABEL
 from webhook.engine.vpa import OBSERVED_ANNOTATION, UPDATES_ANNOTATION
@@ -72,7 +75,6 @@ API_VERSIONS = ("v1", "v1beta1")
 # the API server: a policy holding one is refused as a whole.
 MAX_EXPRESSION_LENGTH = 100_000
 WARNING_SLOTS = 16  # one Warn validation per message; beyond these, one "N more" line
-RESTART = "RestartContainer"
 # (prefix of the variable names, CEL list, JSON Pointer of the list)
 KINDS = (
     ("init", "object.spec.?initContainers.orValue([])", "/spec/initContainers"),
@@ -90,29 +92,6 @@ class Unrenderable(ValueError):
 
 
 # --------------------------------------------------------------------------- CEL text helpers
-
-
-def q(text: str) -> str:
-    """A CEL string literal: printable ASCII as is, anything else escaped as CEL reads it,
-    ``\\u00e9`` in the BMP and ``\\U0001f600`` beyond (JSON's surrogate pairs,
-    ``\\ud83d\\ude00``, are invalid code points to cel-go, which refuses the expression)."""
-    if text.isascii() and text.isprintable():
-        return json.dumps(text)  # the same text: only " and \ are escaped
-    out = ['"']
-    for char in text:
-        code = ord(char)
-        if char in '"\\':
-            out.append("\\" + char)
-        elif 0x20 <= code < 0x7F:
-            out.append(char)
-        elif 0xD800 <= code <= 0xDFFF:
-            raise ValueError(f"{text!r} holds a lone surrogate, which no CEL string can hold")
-        elif code < 0x10000:
-            out.append(f"\\u{code:04x}")
-        else:
-            out.append(f"\\U{code:08x}")
-    out.append('"')
-    return "".join(out)
 
 
 def lit(value: Any) -> str:
@@ -558,10 +537,10 @@ class _Cel:
                 f"{AFFINITY_SET} ? [{op('add', q(base), lit({PREFERRED: [entry]}))}] : "
                 f"[{op('add', q('/spec/affinity'), lit({'nodeAffinity': {PREFERRED: [entry]}}))}])"
             )
-        tolerations = _unique_tolerations(placement.tolerations)
+        tolerations = unique_tolerations(placement.tolerations)
         if tolerations:
             existing = "object.spec.?tolerations.orValue([])"
-            each = [f"({existing}.exists(t, {_toleration_equal('t', tol)}) ? [] : "
+            each = [f"({existing}.exists(t, {cel_toleration_equal('t', tol)}) ? [] : "
                     f"[{op('add', q('/spec/tolerations/-'), lit(tol))}])" for tol in tolerations]
             out.append(f"({existing}.size() == 0 ? "
                        f"[{op('add', q('/spec/tolerations'), lit(tolerations))}] : "
@@ -686,32 +665,6 @@ class _Cel:
              f"[{op('add', q('/metadata/annotations/swapwise.io~1profile'), name)}]) + "
              f"(variables.writeOrig ? [{write_orig}] : [])"),
         ]
-
-
-def _normalized(toleration: dict[str, Any]) -> tuple[Any, ...]:
-    return (toleration.get("key", ""), toleration.get("operator") or "Equal",
-            toleration.get("value", ""), toleration.get("effect", ""),
-            toleration.get("tolerationSeconds"))
-
-
-def _unique_tolerations(tolerations: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The profile's tolerations without repeats (the engine adds an equal one once)."""
-    seen: list[tuple[Any, ...]] = []
-    out = []
-    for toleration in tolerations:
-        if _normalized(toleration) not in seen:
-            seen.append(_normalized(toleration))
-            out.append(dict(toleration))
-    return out
-
-
-def _toleration_equal(t: str, toleration: dict[str, Any]) -> str:
-    key, operator, value, effect, seconds = _normalized(toleration)
-    same_seconds = (f"!has({t}.tolerationSeconds)" if seconds is None
-                    else f"{t}.?tolerationSeconds.orValue(-1) == {seconds}")
-    return (f"{t}.?key.orValue('') == {q(key)} && ({t}.?operator.orValue('') == '' ? 'Equal' : "
-            f"{t}.?operator.orValue('')) == {q(operator)} && {t}.?value.orValue('') == {q(value)}"
-            f" && {t}.?effect.orValue('') == {q(effect)} && {same_seconds}")
 
 
 # --------------------------------------------------------------------------- objects
