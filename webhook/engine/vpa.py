@@ -18,6 +18,7 @@ no recommendation yet the VPA sets nothing, but will once it has one.
 
 from __future__ import annotations
 
+from webhook.engine.cel import cel_string
 from webhook.engine.pod import PodView
 
 OBSERVED_ANNOTATION = "vpaObservedContainers"
@@ -55,3 +56,39 @@ def vpa_memory_containers(view: PodView) -> frozenset[str] | None:
             if index < len(regular) and items and not any("memory" in i for i in items):
                 names.discard(regular[index])
     return frozenset(names)
+
+
+_CEL_ANNOTATIONS = "object.metadata.?annotations.orValue({})"
+
+
+def cel_vpa_variables() -> list[tuple[str, str]]:
+    """The same reading in CEL, for the rendered admission policies: (name, expression) of
+    ``vpaOn`` (a VPA admitted the pod), ``vpaObserved`` (the observed names) and
+    ``vpaDropped`` (indexes of the containers it set other resources on, not memory), with
+    ``vpaParts`` between them (the per-container parts of ``vpaUpdates``)."""
+    ann = _CEL_ANNOTATIONS
+    observed, updates = cel_string(OBSERVED_ANNOTATION), cel_string(UPDATES_ANNOTATION)
+    text = f"object.metadata.?annotations[?{updates}].orValue('')"
+    return [
+        ("vpaOn", f"{observed} in {ann} || {updates} in {ann}"),
+        ("vpaObserved",
+         f"object.metadata.?annotations[?{observed}].orValue('')"
+         ".split(', ').filter(n, n != '')"),
+        ("vpaParts",
+         f"({text}.indexOf(': ') >= 0 ? {text}.substring({text}.indexOf(': ') + 2)"
+         " : '').split('; ')"),
+        ("vpaDropped",
+         "variables.vpaParts.filter(p, p.matches('^container [0-9]+(: |$)') && "
+         "p.indexOf(': ') >= 0 && p.substring(p.indexOf(': ') + 2).split(', ')"
+         ".filter(x, x != '').size() > 0 && !p.substring(p.indexOf(': ') + 2)"
+         ".split(', ').exists(x, x.contains('memory')))"
+         ".map(p, int(p.substring(10).split(': ')[0]))"),
+    ]
+
+
+def cel_vpa_managed(index: str, name: str) -> str:
+    """CEL: whether the regular container at ``index`` named ``name`` is VPA-managed for
+    memory, as :func:`vpa_memory_containers` decides, from :func:`cel_vpa_variables`."""
+    return (f"variables.vpaOn && ({cel_string(OBSERVED_ANNOTATION)} in {_CEL_ANNOTATIONS} ? "
+            f"{name} in variables.vpaObserved : true) && "
+            f"!variables.vpaDropped.exists(j, j == {index})")

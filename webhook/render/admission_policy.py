@@ -55,7 +55,7 @@ from webhook.engine.pod import (
 from webhook.engine.resize import RESTART
 from webhook.engine.resources import target
 from webhook.engine.selection import ALWAYS_EXCLUDED_NAMESPACES, NAME_LABEL, NAMESPACE_LABEL
-from webhook.engine.vpa import OBSERVED_ANNOTATION, UPDATES_ANNOTATION
+from webhook.engine.vpa import cel_vpa_managed, cel_vpa_variables
 from webhook.engine.warnings import (
     LIMIT_ADDED,
     LIMIT_NOT_ABOVE,
@@ -304,32 +304,13 @@ class _Cel:
     def variables(self) -> list[tuple[str, str]]:
         """Per-container lists (one per kind, indexed alike) and the pod-wide flags."""
         p = self.p
-        ann = "object.metadata.?annotations.orValue({})"
-        updates = f"object.metadata.?annotations[?{q(UPDATES_ANNOTATION)}].orValue('')"
-        out: list[tuple[str, str]] = [
-            # VerticalPodAutoscaler traces (webhook/engine/vpa.py)
-            ("vpaOn", f"{q(OBSERVED_ANNOTATION)} in {ann} || {q(UPDATES_ANNOTATION)} in {ann}"),
-            ("vpaObserved",
-             f"object.metadata.?annotations[?{q(OBSERVED_ANNOTATION)}].orValue('')"
-             ".split(', ').filter(n, n != '')"),
-            ("vpaParts",
-             f"({updates}.indexOf(': ') >= 0 ? {updates}.substring({updates}.indexOf(': ') + 2)"
-             " : '').split('; ')"),
-            ("vpaDropped",
-             "variables.vpaParts.filter(p, p.matches('^container [0-9]+(: |$)') && "
-             "p.indexOf(': ') >= 0 && p.substring(p.indexOf(': ') + 2).split(', ')"
-             ".filter(x, x != '').size() > 0 && !p.substring(p.indexOf(': ') + 2)"
-             ".split(', ').exists(x, x.contains('memory')))"
-             ".map(p, int(p.substring(10).split(': ')[0]))"),
-        ]
+        out: list[tuple[str, str]] = cel_vpa_variables()
         default_target = target(p.default_limit, p) if p.default_limit is not None else 0
         default_changes = p.default_limit is not None and default_target < p.default_limit
         for kind, items, _ in KINDS:
             v = f"variables.{kind}"
             if kind == "app":
-                vpa = (f"{items}.transformList(i, c, variables.vpaOn && "
-                       f"({q(OBSERVED_ANNOTATION)} in {ann} ? c.name in variables.vpaObserved "
-                       ": true) && !variables.vpaDropped.exists(j, j == i))")
+                vpa = f"{items}.transformList(i, c, {cel_vpa_managed('i', 'c.name')})"
             else:
                 vpa = f"{items}.map(c, false)"  # a VPA never sets init containers
             raise_ = "true" if p.vpa_pods == "raiseLimit" else "false"
