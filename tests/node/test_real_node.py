@@ -610,8 +610,11 @@ def test_unbacked_overcommits_and_the_pressure_guard_holds_new_pods_back(
             results["aggressive.evictions"] = worst["evictions"]
             assert worst["oom_kills"] + worst["evictions"] > 0, worst
 
+            # Generous: the thrashing guest's kubelet can stay unreadable for a quarter of an
+            # hour (reads through the API server took 56 s and more), and the guard marks
+            # only on what it read (a CI run: unreadable 13 min, marked 45 s after).
             node.wait_for(lambda: node.node()["metadata"].get("labels", {}).get(PRESSURE_LABEL),
-                          900, interval=5, what="the pressure guard to mark the node")
+                          1500, interval=5, what="the pressure guard to mark the node")
             marked_at = time.monotonic()
             # The guest's own PSI agrees: above the threshold until shortly before the mark.
             high = pressure_log.recent_run(marked_at, lambda s: s.some >= GUARD["mark_above"],
