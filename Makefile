@@ -5,7 +5,8 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 
 .PHONY: run test lint unit compat e2e e2e-1.37 e2e-smoke-1.37 control-plane control-plane-1.34 \
-	control-plane-1.37 prometheus vpa image node node-parts node-e2e demo bench clean
+	control-plane-1.37 prometheus vpa image node node-parts node-e2e demo bench clean \
+	admission-policy-golden
 
 # The dev venv runs the newest uvicorn, Starlette and FastAPI pyproject.toml allows, pinned by
 # constraints/newest.txt (as the image does), so the whole suite is the "newest" compat run.
@@ -95,6 +96,12 @@ e2e-1.37: venv control-plane-1.37 prometheus vpa
 ## Helm 4, the admission policies, the lines' own differences) on 1.37 with Helm 4.
 e2e-smoke-1.37: venv control-plane-1.37
 	SWAPWISE_K8S_VERSION=1.37 SWAPWISE_HELM=4 $(BIN)/pytest -m "e2e and smoke" tests/e2e
+
+## Record what a real 1.37 API server stores under the rendered admission policies
+## (tests/data/admission-policy-golden.json), which the unit tier checks the engine and the
+## renderer against: run it when the renderer or the engine changes, and commit the file.
+admission-policy-golden: venv control-plane-1.34 control-plane-1.37
+	$(BIN)/python -m tests.e2e.record_cel_golden
 
 ## Both control planes, 1.34 and 1.37 (etcd and helm4 built once and shared between them),
 ## each with helm 3 and helm 4; the 1.34 line also has the real node's kubelet.
