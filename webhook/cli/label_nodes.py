@@ -68,22 +68,19 @@ def register(subcommands: Any) -> None:
     guard.add_argument("--pressure-interval", type=float, default=defaults.DEFAULT_INTERVAL,
                        metavar="S", help="seconds between reads of each swap node "
                        f"(default {defaults.DEFAULT_INTERVAL:g})")
-    guard.add_argument("--pressure-mark-above", type=float,
-                       default=defaults.DEFAULT_MARK_ABOVE, metavar="PCT",
-                       help="mark when memory PSI some avg10 is at or above this percentage "
-                       f"on every read... (default {defaults.DEFAULT_MARK_ABOVE:g})")
-    guard.add_argument("--pressure-mark-after", type=float,
-                       default=defaults.DEFAULT_MARK_AFTER, metavar="S",
-                       help="...for at least this many seconds "
-                       f"(default {defaults.DEFAULT_MARK_AFTER:g})")
-    guard.add_argument("--pressure-clear-below", type=float,
-                       default=defaults.DEFAULT_CLEAR_BELOW, metavar="PCT",
-                       help="clear when it is below this percentage on every read... "
-                       f"(default {defaults.DEFAULT_CLEAR_BELOW:g})")
-    guard.add_argument("--pressure-clear-after", type=float,
-                       default=defaults.DEFAULT_CLEAR_AFTER, metavar="S",
-                       help="...for at least this many seconds "
-                       f"(default {defaults.DEFAULT_CLEAR_AFTER:g})")
+    # The hysteresis: a threshold and how long every read must stay past it, each way.
+    for flag, default, metavar, text in (
+        ("--pressure-mark-above", defaults.DEFAULT_MARK_ABOVE, "PCT",
+         "mark when memory PSI some avg10 is at or above this percentage on every read..."),
+        ("--pressure-mark-after", defaults.DEFAULT_MARK_AFTER, "S",
+         "...for at least this many seconds"),
+        ("--pressure-clear-below", defaults.DEFAULT_CLEAR_BELOW, "PCT",
+         "clear when it is below this percentage on every read..."),
+        ("--pressure-clear-after", defaults.DEFAULT_CLEAR_AFTER, "S",
+         "...for at least this many seconds"),
+    ):
+        guard.add_argument(flag, type=float, default=default, metavar=metavar,
+                           help=f"{text} (default {default:g})")
     guard.add_argument("--pressure-mark-with", choices=("label", "taint"), default="label",
                        help="label (default): swapwise.io/memory-pressure=true, which keeps "
                        "only new reshaped pods off, but a kubelet restarted while its node "
