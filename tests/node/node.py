@@ -480,7 +480,7 @@ class PressureLog:
                 *complete, partial = (partial + chunk).split("\n")
                 for line in complete:
                     with contextlib.suppress(ValueError):
-                        uptime, some, full = (float(v) for v in line.split())
+                        uptime, some, full = (float(v) for v in line.split()[:3])
                         self._lines.append((uptime, some, full))
                 if complete and self._lines:
                     self._offset = min(self._offset, now - self._lines[-1][0])

@@ -610,11 +610,12 @@ def test_unbacked_overcommits_and_the_pressure_guard_holds_new_pods_back(
             results["aggressive.evictions"] = worst["evictions"]
             assert worst["oom_kills"] + worst["evictions"] > 0, worst
 
-            # Generous: the thrashing guest's kubelet can stay unreadable for a quarter of an
-            # hour (reads through the API server took 56 s and more), and the guard marks
-            # only on what it read (a CI run: unreadable 13 min, marked 45 s after).
+            # The guard marks only on what it read from the kubelet. With the node's agents
+            # protected from reclaim (node-init.sh) it answers while the pods thrash; when
+            # they were not, a CI run's kubelet was unreadable for 13 min and the mark came
+            # 16 min into the thrash (docs/nodes.md).
             node.wait_for(lambda: node.node()["metadata"].get("labels", {}).get(PRESSURE_LABEL),
-                          1500, interval=5, what="the pressure guard to mark the node")
+                          900, interval=5, what="the pressure guard to mark the node")
             marked_at = time.monotonic()
             # The guest's own PSI agrees: above the threshold until shortly before the mark.
             high = pressure_log.recent_run(marked_at, lambda s: s.some >= GUARD["mark_above"],
@@ -671,7 +672,7 @@ def test_unbacked_overcommits_and_the_pressure_guard_holds_new_pods_back(
             # reshaped pods stay Pending for this test's reason.
             with contextlib.suppress(Exception):
                 node.wait_for(lambda: PRESSURE_LABEL not in node.node()["metadata"]
-                              .get("labels", {}), 900, interval=5, what="the mark to clear")
+                              .get("labels", {}), 300, interval=5, what="the mark to clear")
     # Marked and cleared within the window + 30 s of the guard having the evidence: the
     # guest's PSI on the right side of the threshold, and the kubelet readable (during the
     # thrash its reads time out for minutes: pressure.thrash.marked_after_s, from the guest's

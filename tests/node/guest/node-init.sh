@@ -39,24 +39,40 @@ mkdir -p /sys/fs/cgroup/system.slice
 echo "+cpu +memory +pids +io" > /sys/fs/cgroup/system.slice/cgroup.subtree_control
 mkdir -p /sys/fs/cgroup/system.slice/containerd /sys/fs/cgroup/system.slice/kubelet \
   /sys/fs/cgroup/system.slice/node-init
-# Keep the node's own agents (kubelet, containerd and its shims, this script) out of reclaim:
-# under memory pressure they must stay fast enough to evict pods and report, not thrash
-# with them (what systemReserved and a protected system.slice do on a real node).
+# Keep the node's own agents (kubelet, containerd and its shims) out of reclaim: under memory
+# pressure they must stay fast enough to evict pods and report, not thrash with them (what
+# a protected system.slice does on a real node). The kubelet has a memory.min of its own
+# inside the slice's: the slice's alone is shared out by usage, and containerd's page cache
+# (hundreds of MiB of unpacked images) took most of it, so an overcommitted node's kubelet
+# went unanswering for minutes. The slice's total stays 320M: protecting containerd's 288M
+# too left the pods so little that the calm density run's start-up stalled (PSI 97 %).
+# psi.log's last columns show what each uses.
 echo 320M > /sys/fs/cgroup/system.slice/memory.min
+echo 192M > /sys/fs/cgroup/system.slice/kubelet/memory.min
 echo $$ > /sys/fs/cgroup/system.slice/node-init/cgroup.procs
 
 # The memory PSI once a second, from shell builtins only: the status loop below forks
 # hundreds of times a pass and stalls for minutes when the node thrashes, exactly when a
 # reading matters. No fork here, a sleep on a FIFO nobody writes, and never OOM-killed.
+# A line: uptime, the node's some and full avg10, then its agents: the kubelet's own memory
+# some avg10, and memory.current of the kubelet, of containerd (with its shims) and of
+# system.slice, and system.slice's memory.swap.current (bytes; -1: unreadable).
 psi_log() {
-  local up some full _
+  local up some full agent kubelet containerd slice swapped _
+  local cg=/sys/fs/cgroup/system.slice
   mkfifo /run/psi-tick && exec 3<> /run/psi-tick
   echo -1000 > "/proc/$BASHPID/oom_score_adj"
   : > /share/psi.log
   while :; do
     read -r up _ < /proc/uptime
     { read -r _ some _; read -r _ full _; } < /proc/pressure/memory
-    printf '%s %s %s\n' "$up" "${some#avg10=}" "${full#avg10=}" >&4
+    read -r _ agent _ < "$cg/kubelet/memory.pressure" || agent=avg10=-1
+    read -r kubelet < "$cg/kubelet/memory.current" || kubelet=-1
+    read -r containerd < "$cg/containerd/memory.current" || containerd=-1
+    read -r slice < "$cg/memory.current" || slice=-1
+    read -r swapped < "$cg/memory.swap.current" || swapped=-1
+    printf '%s %s %s %s %s %s %s %s\n' "$up" "${some#avg10=}" "${full#avg10=}" \
+      "${agent#avg10=}" "$kubelet" "$containerd" "$slice" "$swapped" >&4
     read -r -t 1 -u 3 _
   done 4>> /share/psi.log
 }
