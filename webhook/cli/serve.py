@@ -56,22 +56,20 @@ def register(subcommands: Any) -> None:
                         metavar="SECONDS",
                         help="close idle keep-alive connections after this; keep it above the "
                              f"API server's 90 s (default {D.keep_alive_seconds})")
-    limits.add_argument("--request-timeout", type=float, default=D.request_timeout,
-                        metavar="SECONDS",
-                        help="time to receive a whole request, from its first byte (or from "
-                             "connecting) to the end of its body; then 408 "
-                             f"(default {_g(D.request_timeout)})")
-    limits.add_argument("--handshake-timeout", type=float, default=D.handshake_timeout,
-                        metavar="SECONDS",
-                        help=f"time for a TLS handshake (default {_g(D.handshake_timeout)})")
-    limits.add_argument("--write-timeout", type=float, default=D.write_timeout,
-                        metavar="SECONDS",
-                        help="cut a client that has not read its answer for this long "
-                             f"(default {_g(D.write_timeout)})")
-    limits.add_argument("--drain-seconds", type=float, default=D.drain_seconds,
-                        metavar="SECONDS",
-                        help="after SIGTERM, keep answering (with Connection: close) this long "
-                             f"before closing the port (default {_g(D.drain_seconds)})")
+    # The time limits a hostile or stuck peer meets, each a float of seconds.
+    for flag, default, text in (
+        ("--request-timeout", D.request_timeout,
+         "time to receive a whole request, from its first byte (or from connecting) to the "
+         "end of its body; then 408"),
+        ("--handshake-timeout", D.handshake_timeout, "time for a TLS handshake"),
+        ("--write-timeout", D.write_timeout,
+         "cut a client that has not read its answer for this long"),
+        ("--drain-seconds", D.drain_seconds,
+         "after SIGTERM, keep answering (with Connection: close) this long before closing "
+         "the port"),
+    ):
+        limits.add_argument(flag, type=float, default=default, metavar="SECONDS",
+                            help=f"{text} (default {_g(default)})")
     parser.set_defaults(func=run)
 
 

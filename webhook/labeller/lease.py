@@ -20,7 +20,7 @@ import contextlib
 import datetime as dt
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Protocol
 
@@ -127,27 +127,19 @@ class Attempt(Enum):
     FAILED = "failed"  # could not tell: API error or lost a race
 
 
+@dataclass
 class Elector:
     """Acquires and renews the Lease; ``leading()`` says whether to act right now."""
 
-    def __init__(
-        self,
-        store: LeaseStore,
-        identity: str,
-        timing: Timing,
-        on_change: Callable[[bool], None] = lambda _leading: None,
-        clock: Callable[[], float] = time.monotonic,
-        wall: Callable[[], dt.datetime] = micro_now,
-    ) -> None:
-        self.store = store
-        self.identity = identity
-        self.timing = timing
-        self.on_change = on_change
-        self.clock = clock
-        self.wall = wall
-        self.observation = Observation()
-        self.renewed_at: float | None = None  # monotonic time of our last successful write
-        self._leader = False
+    store: LeaseStore
+    identity: str
+    timing: Timing
+    on_change: Callable[[bool], None] = lambda _leading: None
+    clock: Callable[[], float] = time.monotonic
+    wall: Callable[[], dt.datetime] = micro_now
+    observation: Observation = field(default_factory=Observation)
+    renewed_at: float | None = None  # monotonic time of our last successful write
+    _leader: bool = field(default=False, init=False)
 
     def leading(self) -> bool:
         """True only while our last renewal is younger than the renew deadline."""
