@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from tests.e2e.cluster import ControlPlane, ensure_binaries, k8s_version, skip_unless_e2e
 from tests.e2e.engine_cases import table_cases
+from tests.support.profile_spec import profile_fields
 from tests.support.strategies import pods, profiles
 from webhook.profile import Profile
 
@@ -223,3 +224,9 @@ def policy_control_plane() -> Iterator[ControlPlane]:
     with ControlPlane(binaries, apiserver_args=APISERVER_ARGS, apiserver=apiserver) as cp:
         assert api(cp, "GET", "/version")[1]["gitVersion"] == k8s_version(LINE)
         yield cp
+
+
+def policy_document(named: dict[str, Profile]) -> dict[str, Any]:
+    """The policy file serving the cases' profiles (webhook and rendered policies alike)."""
+    return {"apiVersion": "swapwise.io/v1alpha1", "kind": "SwapPolicy",
+            "profiles": {name: profile_fields(p) for name, p in named.items()}}

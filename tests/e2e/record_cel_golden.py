@@ -38,27 +38,22 @@ from tests.e2e.admission_cases import (
     create_pod,
     pod_for,
     policy_control_plane,
+    policy_document,
     probe_pod,
     stored,
 )
-from tests.e2e.cluster import PROFILE_LABEL, ControlPlane
-from tests.support.golden import GOLDEN, policy_document, rendered_digest
-from tests.support.profile_spec import profile_fields
+from tests.e2e.cluster import PROFILE_LABEL
+from tests.support.golden import GOLDEN, rendered_digest
 from webhook.policy import build_policy
 from webhook.render.admission_policy import render_admission_policies
 
 PLAIN = "plain"  # the namespace no policy serves
 
 
-def _dry_run(cp: ControlPlane, namespace: str, pod: dict[str, Any]
-             ) -> tuple[int, Any, list[str]]:
-    return create_pod(cp, namespace, pod, dry_run=True)
-
-
 def record(out: Path) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         named, cases = all_cases(Path(tmp))
-    document = policy_document({name: profile_fields(p) for name, p in named.items()})
+    document = policy_document(named)
     policy = build_policy(document)
     objects = render_admission_policies(policy, API_VERSION, failure_policy="Fail")
     recorded: list[dict[str, Any]] = []
@@ -70,16 +65,17 @@ def record(out: Path) -> int:
             cp.create_namespace(f"policy-{name}", {PROFILE_LABEL: name})
         for name, profile in named.items():  # every policy live: a probe comes back mutated
             def mutated(ns: str = f"policy-{name}", p: Any = profile) -> bool:
-                status, body, _ = _dry_run(cp, ns, probe_pod(p))
+                status, body, _ = create_pod(cp, ns, probe_pod(p), dry_run=True)
                 annotations = body.get("metadata", {}).get("annotations") or {}
                 return status == 201 and annotations.get(PROFILE_LABEL) == p.name
             cp.wait_for(mutated, 60, what=f"the policies of profile {name}")
         for i, case in enumerate(cases):
             pod = pod_for(case, f"case-{i}")
-            status, body, _ = _dry_run(cp, PLAIN, pod)
+            status, body, _ = create_pod(cp, PLAIN, pod, dry_run=True)
             entry: dict[str, Any] = {"id": case.id, "profile": case.profile,
                                      "admitted": stored(status, body)}
-            status, body, warnings = _dry_run(cp, f"policy-{case.profile}", pod)
+            status, body, warnings = create_pod(cp, f"policy-{case.profile}", pod,
+                                                dry_run=True)
             result = stored(status, body)
             if status < 300 and "refused" not in entry["admitted"]:
                 entry["policy_patch"] = jsonpatch.make_patch(entry["admitted"], result).patch

@@ -42,11 +42,11 @@ from tests.e2e.admission_cases import (
     ordered_warnings,
     pod_for,
     policy_control_plane,
+    policy_document,
     probe_pod,
     stored,
 )
 from tests.e2e.cluster import PROFILE_LABEL, ControlPlane, Swapwise, webhook_configuration
-from tests.support.profile_spec import profile_fields
 from tests.support.progress import uncaptured
 from webhook.engine import mutate_pod
 from webhook.policy import Policy, build_policy
@@ -68,10 +68,7 @@ def cluster(pytestconfig: pytest.Config) -> Iterator[ControlPlane]:
 def _serve_both(cp: ControlPlane, workdir: Path, named: dict[str, Profile]) -> Swapwise:
     """The webhook for namespaces labelled path=webhook, the policies for path=policy."""
     policy_file = workdir / "policy.yaml"
-    policy_file.write_text(yaml.safe_dump({
-        "apiVersion": "swapwise.io/v1alpha1", "kind": "SwapPolicy",
-        "profiles": {name: profile_fields(p) for name, p in named.items()},
-    }))
+    policy_file.write_text(yaml.safe_dump(policy_document(named)))
     server = Swapwise(workdir / "swapwise", policy=policy_file)
     server.start()
     config = webhook_configuration(server.url_base, server.ca_bundle, sorted(named),

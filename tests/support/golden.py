@@ -1,5 +1,6 @@
-"""The golden outputs of the rendered admission policies: where they live, the policy they
-were recorded under, and how a pod is compared with what the API server stored.
+"""The golden outputs of the rendered admission policies: where they live, what identifies
+the rendering they were recorded under, and how a pod is compared with what the API server
+stored.
 
 Recorded from a real kube-apiserver by tests/e2e/record_cel_golden.py
 (``make admission-policy-golden``); checked by tests/test_admission_policy_golden.py.
@@ -17,11 +18,6 @@ from typing import Any
 from webhook.base.quantity import parse_quantity
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "admission-policy-golden.json"
-
-
-def policy_document(profiles: dict[str, Any]) -> dict[str, Any]:
-    """The policy file the golden outputs were recorded under."""
-    return {"apiVersion": "swapwise.io/v1alpha1", "kind": "SwapPolicy", "profiles": profiles}
 
 
 def rendered_digest(objects: list[dict[str, Any]]) -> str:
