@@ -44,6 +44,7 @@ from webhook.labeller.pressure import (
     SummaryError,
     forced_clear,
     rfc3339,
+    stalled_share,
     summary_memory_psi,
 )
 
@@ -75,16 +76,17 @@ def summary(name: str, some: Any, full: Any = 1.5) -> dict[str, Any]:
     }
 
 
-def run(tracker: NodePressure, reads: list[tuple[float, float | None]]
+def run(tracker: NodePressure, reads: list[tuple[float, float | PSI | None]]
         ) -> list[tuple[float, str]]:
-    """Feed (time, some avg10) reads, None for a read that failed; the transitions as
-    (time, action)."""
+    """Feed (time, some avg10 or a whole reading) reads, None for a read that failed; the
+    transitions as (time, action)."""
     done = []
     for now, some in reads:
         if some is None:
             tracker.missed()
             continue
-        transition = tracker.observe(PSI(some, 2.0), now, T0 + dt.timedelta(seconds=now))
+        psi = some if isinstance(some, PSI) else PSI(some, 2.0)
+        transition = tracker.observe(psi, now, T0 + dt.timedelta(seconds=now))
         if transition is not None:
             done.append((now, transition.action))
     return done
@@ -187,6 +189,78 @@ def test_slow_answers_are_evidence_however_far_apart() -> None:
     assert run(tracker, [(220, 1.0)]) == [(220, "clear")]
 
 
+def counted(some: float, total_s: float, at_s: float) -> PSI:
+    """A read with the kernel's counter: ``total_s`` seconds stalled so far, sampled at
+    ``at_s`` (seconds after T0, the node's clock)."""
+    return PSI(some, 2.0, round(total_s * 1e6), T0.timestamp() + at_s)
+
+
+def test_the_share_stalled_between_two_samples_comes_from_the_counter() -> None:
+    assert stalled_share(counted(5, 100, 0), counted(90, 115, 30)) == pytest.approx(50.0)
+    assert stalled_share(counted(5, 100, 0), counted(5, 100, 30)) == 0.0
+    assert stalled_share(counted(5, 100, 0), counted(99, 200, 30)) == 100.0  # rounding
+    # No proof: no counter, no time, a counter that went back (reboot), no newer sample.
+    assert stalled_share(PSI(5, 2), counted(90, 115, 30)) is None
+    assert stalled_share(counted(5, 100, 0), PSI(90, 2, 115_000_000, None)) is None
+    assert stalled_share(counted(5, 100, 0), counted(90, 50, 30)) is None
+    assert stalled_share(counted(5, 100, 30), counted(90, 115, 30)) is None
+
+
+def test_the_counter_bridges_a_blind_stretch_to_a_mark_at_the_first_answer() -> None:
+    """A thrashing node's kubelet answers no read in time for a minute; the first answer
+    shows avg10 high and a counter that stalled 95 % of the time since the last answer:
+    the run started at that answer, and the window is complete at once."""
+    tracker = NodePressure(SETTINGS, False)
+    blind = [(t, None) for t in range(10, 70, 10)]
+    assert run(tracker, [(0, counted(1, 10, 0)), *blind]) == []
+    assert run(tracker, [(70, counted(97, 10 + 0.95 * 70, 70))]) == [(70, "mark")]
+    assert tracker.message == MARK.format(some="97.0", secs=70, full="2.0", at=at(70))
+    # The same answers without the counter: the stretch is a hole, the window starts again.
+    tracker = NodePressure(SETTINGS, False)
+    assert run(tracker, [(0, 1.0), *blind, (70, 97.0)]) == []
+    assert tracker.high_since == 70
+
+
+def test_a_counter_that_disagrees_or_went_back_proves_nothing_over_a_gap() -> None:
+    blind = [(t, None) for t in range(10, 70, 10)]
+    # The pressure rose late in the stretch: 30 % of it stalled, below the 40 % to mark at.
+    tracker = NodePressure(SETTINGS, False)
+    assert run(tracker, [(0, counted(1, 10, 0)), *blind,
+                          (70, counted(97, 10 + 0.30 * 70, 70))]) == []
+    assert tracker.high_since == 70
+    # A rebooted node: its counter starts again from 0.
+    tracker = NodePressure(SETTINGS, False)
+    assert run(tracker, [(0, counted(1, 500, 0)), *blind, (70, counted(97, 60, 70))]) == []
+    assert tracker.high_since == 70
+    # A run going across a blind stretch the counter proves high goes on; one it does not
+    # prove starts again.
+    tracker = NodePressure(SETTINGS, False)
+    assert run(tracker, [(0, counted(50, 0, 0)), (10, counted(50, 5, 10)), (20, None),
+                          (30, None), (40, counted(50, 25, 40))]) == []
+    assert tracker.high_since == 0
+    assert run(tracker, [(50, None), (60, None), (70, counted(50, 26, 70))]) == []
+    assert tracker.high_since == 70
+
+
+def test_the_counter_carries_a_clear_back_to_the_last_answer() -> None:
+    tracker = NodePressure(SETTINGS, True)
+    blind = [(t, None) for t in range(10, 130, 10)]
+    assert run(tracker, [(0, counted(20, 400, 0)), *blind,
+                          (130, counted(2, 400 + 0.02 * 130, 130))]) == [(130, "clear")]
+    assert tracker.message == CLEAR.format(some="2.0", secs=130, full="2.0", at=at(130))
+
+
+def test_answers_in_a_row_with_the_counter_start_the_run_at_the_previous_answer() -> None:
+    """No gap: a read whose avg10 and counter are both high began its run at the read
+    before (the time between was high on the counter), one read sooner than avg10 alone."""
+    tracker = NodePressure(SETTINGS, False)
+    assert run(tracker, [(0, counted(5, 0, 0)), (10, counted(80, 8, 10))]) == []
+    assert tracker.high_since == 0
+    assert run(tracker, [(t, counted(80, 8 + 0.8 * (t - 10), t)) for t in (20, 30, 40, 50)]
+                ) == []
+    assert run(tracker, [(60, counted(80, 48, 60))]) == [(60, "mark")]
+
+
 def test_a_mark_read_from_the_node_is_kept_until_the_clear_window_passes() -> None:
     """A new leader (or a restarted labeller) starts from the label: no clear on one read."""
     tracker = NodePressure(SETTINGS, marked=True)
@@ -241,13 +315,23 @@ def test_equal_thresholds_are_allowed() -> None:
 
 def test_summary_of_the_kubelet_gives_the_nodes_memory_psi_not_a_pods() -> None:
     payload = json.loads((DATA / "kubelet-summary-cpu-memory.json").read_text())
-    assert summary_memory_psi(payload, "swap-node-1") == PSI(47.21, 12.13)
+    memory = payload["node"]["memory"]
+    sampled = dt.datetime.fromisoformat(memory["time"].replace("Z", "+00:00")).timestamp()
+    assert summary_memory_psi(payload, "swap-node-1") == PSI(
+        47.21, 12.13, memory["psi"]["some"]["total"], sampled)
     # The Go encoder writes a whole float as an integer: 0, not 0.0.
-    assert summary_memory_psi(summary("n", 0, 0), "n") == PSI(0.0, 0.0)
-    assert summary_memory_psi(summary("n", 100, 100), "n") == PSI(100.0, 100.0)
+    assert summary_memory_psi(summary("n", 0, 0), "n").some == 0.0
+    assert summary_memory_psi(summary("n", 100, 100), "n").full == 100.0
+    # The counter and its time are optional: without them a read is still good evidence.
+    other = summary("n", 5.5)
+    other["node"]["memory"]["time"] = "yesterday"
+    other["node"]["memory"]["psi"]["some"]["total"] = -3
+    assert summary_memory_psi(other, "n") == PSI(5.5, 1.5, None, None)
+    del other["node"]["memory"]["time"], other["node"]["memory"]["psi"]["some"]["total"]
+    assert summary_memory_psi(other, "n") == PSI(5.5, 1.5, None, None)
     no_name = summary("n", 5.5)
     del no_name["node"]["nodeName"]
-    assert summary_memory_psi(no_name, "n") == PSI(5.5, 1.5)
+    assert summary_memory_psi(no_name, "n") .some == 5.5
 
 
 def _without_psi() -> dict[str, Any]:

@@ -170,8 +170,8 @@ class Labeller:
 
     def readable_again(self, before: float) -> float | None:
         """When (host monotonic) the guard last got a memory PSI read again after failed
-        ones, before ``before``: a thrashing kubelet's reads time out, and a blind stretch
-        restarts the guard's windows by design (webhook/labeller/pressure.py)."""
+        ones, before ``before``: a thrashing kubelet's reads time out, and the guard can
+        act only on an answer (webhook/labeller/pressure.py)."""
         offset = time.time() - time.monotonic()
         found = None
         for line in self.component.log_path.read_text(errors="replace").splitlines():

@@ -673,11 +673,12 @@ def test_unbacked_overcommits_and_the_pressure_guard_holds_new_pods_back(
             with contextlib.suppress(Exception):
                 node.wait_for(lambda: PRESSURE_LABEL not in node.node()["metadata"]
                               .get("labels", {}), 300, interval=5, what="the mark to clear")
-    # Cleared within the window + 30 s of the guard having the evidence: the guest's PSI
-    # under the threshold, and the kubelet readable. The mark's latency is recorded, not
-    # asserted: on this emulated node a thrashing kubelet's reads take tens of seconds each
-    # even when they succeed, and the mark came 22 s, 63 s and 134.5 s after the evidence in
-    # three runs (window 30 s; docs/nodes.md). The mark itself is asserted above.
+    # Marked and cleared within the window + 30 s of the guard having the evidence: the
+    # guest's PSI on the right side of the threshold, and the kubelet readable. The kernel's
+    # stall counter in each Summary covers the time between two answers, however slow
+    # (webhook/labeller/pressure.py), so a slow read no longer costs a window.
+    assert results["pressure.thrash.marked_after_evidence_s"] <= GUARD["mark_after"] + 30, \
+        results
     assert results["pressure.recovery.cleared_after_evidence_s"] <= GUARD["clear_after"] + 30, \
         results
     assert results["pressure.thrash.new_pod_pending"], message

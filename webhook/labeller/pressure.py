@@ -18,12 +18,21 @@ Hysteresis, so a node does not flap:
 
 Missing data (a failed read, a Summary without memory PSI, garbage) is no evidence either
 way: it changes neither the state nor a window. A window survives one missed read; two missed
-reads in a row are a blind stretch, and both windows start again at the next good read. So a
-node is never marked or cleared on evidence with a hole in it, and one lost read does not
-restart a minute-long window. What counts is reads missed, not time: a kubelet that answers
-slowly (a thrashing node's may take many seconds) still gives evidence with every answer, and
-one read per node is in flight at a time, so slow answers space the reads out without
-breaking a window.
+reads in a row are a blind stretch. What counts is reads missed, not time: a kubelet that
+answers slowly (a thrashing node's may take many seconds) still gives evidence with every
+answer, and one read per node is in flight at a time, so slow answers space the reads out.
+
+The kernel's counter covers what the reads miss. With every avg10 the Summary carries the
+cumulative stall time (``total``, microseconds) and the time the kubelet sampled it
+(``node.memory.time``), so two good reads give the exact share of the time between them that
+was stalled, however far apart they are. A read whose avg10 is on one side of a threshold and
+whose share since the previous good read is on the same side carries its run back to that
+read: the run started there, or, across a blind stretch, goes on. A blind stretch without that
+proof (no counter, a counter that went back, a sample not newer than the last) starts both
+windows again at the next good read, so a node is never marked or cleared on evidence with a
+hole in it. Why it matters: a thrashing node's kubelet answers few reads in time (its
+Summary waits on the container runtime, which thrashes with the pods), and a guard that
+needed a window of answered reads marked minutes late on the real node (docs/nodes.md).
 
 The state of a node the guard has not read yet is the mark it carries (so a new leader, or
 a restarted labeller, keeps a mark until the clear window has passed).
@@ -57,10 +66,14 @@ class SummaryError(ValueError):
 
 @dataclass(frozen=True)
 class PSI:
-    """A node's memory pressure: ``some`` and ``full`` avg10, in percent (0-100)."""
+    """A node's memory pressure: ``some`` and ``full`` avg10, in percent (0-100); the
+    cumulative ``some`` stall (microseconds) and when it was sampled (POSIX seconds, the
+    node's clock), where the Summary has them."""
 
     some: float
     full: float
+    some_total: int | None = None
+    sampled: float | None = None
 
     def text(self) -> str:
         return f"some avg10 {self.some:.1f}%, full avg10 {self.full:.1f}%"
@@ -103,7 +116,42 @@ def summary_memory_psi(payload: Any, node: str) -> PSI:
                            "off, or a kernel without PSI)")
     if not isinstance(psi, Mapping):
         raise SummaryError("node.memory.psi is not an object")
-    return PSI(_avg10(psi, "some"), _avg10(psi, "full"))
+    return PSI(_avg10(psi, "some"), _avg10(psi, "full"), _total(psi), _sampled(memory))
+
+
+def _total(psi: Mapping[str, Any]) -> int | None:
+    """``some.total``, or None: no counter is no proof over a gap, not a bad read."""
+    value = psi["some"].get("total")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
+def _sampled(memory: Mapping[str, Any]) -> float | None:
+    """``node.memory.time`` (RFC 3339, whole seconds) as POSIX seconds, or None."""
+    value = memory.get("time")
+    if not isinstance(value, str):
+        return None
+    try:
+        when = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when.timestamp() if when.tzinfo is not None else None
+
+
+def stalled_share(before: PSI, after: PSI) -> float | None:
+    """Percent of the time between two samples that ``some`` task stalled on memory, from
+    the kernel's counter; None when the two cannot say (no counter or time, a counter that
+    went back: a rebooted node, a sample not newer than the other)."""
+    if None in (before.some_total, after.some_total, before.sampled, after.sampled):
+        return None
+    assert before.some_total is not None and after.some_total is not None
+    assert before.sampled is not None and after.sampled is not None
+    seconds = after.sampled - before.sampled
+    stalled = after.some_total - before.some_total
+    if seconds <= 0 or stalled < 0:
+        return None
+    return min(100.0, stalled / 1e6 / seconds * 100)
 
 
 def _number(value: float) -> str:
@@ -180,17 +228,30 @@ class NodePressure:
     def missed(self) -> None:
         """A read that failed: no evidence; the second in a row is a blind stretch."""
         self.misses += 1
-        if self.misses >= MISSED_READS:
-            self.high_since = self.low_since = None  # start both again at the next good read
+
+    def _run(self, since: float | None, now: float, point: bool,
+             span: bool | None) -> float | None:
+        """Where the run of reads on one side of a threshold starts, after a read at ``now``
+        on that side (``point``) whose share since the previous good read is or is not on
+        it (``span``; None: unknown)."""
+        if not point:
+            return None
+        blind = self.misses >= MISSED_READS
+        if since is not None and (not blind or span):
+            return since  # the run goes on (across a blind stretch: the counter says so)
+        if span and self.read_at is not None:
+            return self.read_at  # the whole time since the previous read was on this side
+        return now
 
     def observe(self, psi: PSI, now: float, wall: dt.datetime) -> Transition | None:
         """A good read at ``now`` (monotonic seconds); the transition it completes, if any."""
         s = self.settings
+        share = stalled_share(self.last, psi) if self.last is not None else None
+        self.high_since = self._run(self.high_since, now, psi.some >= s.mark_above,
+                                    None if share is None else share >= s.mark_above)
+        self.low_since = self._run(self.low_since, now, psi.some < s.clear_below,
+                                   None if share is None else share < s.clear_below)
         self.read_at, self.last, self.misses = now, psi, 0
-        high = psi.some >= s.mark_above
-        low = psi.some < s.clear_below
-        self.high_since = (now if self.high_since is None else self.high_since) if high else None
-        self.low_since = (now if self.low_since is None else self.low_since) if low else None
         if not self.marked and self.high_since is not None \
                 and now - self.high_since >= s.mark_after:
             self.marked = True
