@@ -144,11 +144,21 @@ def ensure_binaries(line: str = DEFAULT_LINE, names: Iterable[str] = ALL_BINARIE
     return directory
 
 
+_ISSUED: set[int] = set()  # ports free_port handed out in this process
+
+
 def free_port() -> int:
-    """A free loopback TCP port (the kernel picks it; the tiny reuse race is acceptable)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free loopback TCP port (the kernel picks it; the tiny reuse race with other
+    processes is acceptable), never one this process was given before: nothing holds a port
+    between this call and its user's bind, and in a fresh network namespace the kernel gave
+    etcd's client and peer ports as the same number twice in a row."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _ISSUED:
+            _ISSUED.add(port)
+            return port
 
 
 def wait_for(
