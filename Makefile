@@ -27,9 +27,10 @@ run: venv
 ## unit and integration tests; the whole e2e suite against a real control plane on Kubernetes
 ## 1.34 with Helm 3 (the full line: the real node's line); the e2e smoke on 1.37 with Helm 4;
 ## the chart tests with Helm 4; the server tests on the oldest uvicorn; the real-node
-## scenarios (a kubelet with swap in a QEMU guest). Downloads and the builds the unit tests do
-## not need run in the background beside stages that leave a core idle (README "How long it
-## takes").
+## scenarios (a kubelet with swap in a QEMU guest). Downloads, the builds the unit tests do
+## not need, and the single-process test stages (compat, chart) run in the background beside
+## stages that leave a core idle; nothing runs beside the real node, whose emulated guest
+## takes both cores (README "How long it takes").
 test: venv
 	@hack/stage --begin
 	@hack/stage lint $(MAKE) --no-print-directory lint
@@ -40,11 +41,13 @@ test: venv
 	@hack/stage --background build-1.37 $(MAKE) --no-print-directory control-plane-1.37
 	@hack/stage unit $(MAKE) --no-print-directory unit
 	@hack/stage --wait build-tools
+	@hack/stage --background compat $(MAKE) --no-print-directory compat
 	@hack/stage e2e-1.34 env SWAPWISE_K8S_VERSION=1.34 SWAPWISE_HELM=3 $(MAKE) --no-print-directory e2e
+	@hack/stage --background chart-helm4 env SWAPWISE_HELM=4 $(BIN)/pytest -q -p no:cacheprovider tests/chart
 	@hack/stage --wait build-1.37
 	@hack/stage smoke-1.37 $(MAKE) --no-print-directory e2e-smoke-1.37
-	@hack/stage chart-helm4 env SWAPWISE_HELM=4 $(BIN)/pytest -q -p no:cacheprovider tests/chart
-	@hack/stage compat $(MAKE) --no-print-directory compat
+	@hack/stage --wait compat
+	@hack/stage --wait chart-helm4
 	@hack/stage --wait node-parts
 	@hack/stage node-e2e $(MAKE) --no-print-directory node-e2e
 	@hack/stage --summary
