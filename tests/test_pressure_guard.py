@@ -68,8 +68,9 @@ def summary(name: str, some: Any, full: Any = 1.5) -> dict[str, Any]:
             "cpu": {"time": "2026-01-01T12:00:03Z", "usageNanoCores": 1573340102},
             "memory": {
                 "time": "2026-01-01T12:00:03Z", "workingSetBytes": 1987342336,
-                "psi": {"full": {"total": 121335870, "avg10": full, "avg60": 0, "avg300": 0},
-                        "some": {"total": 401126590, "avg10": some, "avg60": 0, "avg300": 0}},
+                # avg60 between the thresholds and a still counter: evidence of avg10 alone.
+                "psi": {"full": {"total": 121335870, "avg10": full, "avg60": 25, "avg300": 0},
+                        "some": {"total": 401126590, "avg10": some, "avg60": 25, "avg300": 0}},
             },
         },
         "pods": [],
@@ -261,6 +262,31 @@ def test_answers_in_a_row_with_the_counter_start_the_run_at_the_previous_answer(
     assert run(tracker, [(60, counted(80, 48, 60))]) == [(60, "mark")]
 
 
+def test_the_kernels_minute_average_is_a_window_in_one_answer() -> None:
+    """avg60 past the threshold with avg10: the kernel's last minute was there, so one answer
+    completes a window of up to 60 s, even the first after a blind stretch or a start."""
+    tracker = NodePressure(SETTINGS, False)
+    assert run(tracker, [(0, PSI(97, 40, None, None, 72.0))]) == [(0, "mark")]
+    assert tracker.message == MARK.format(some="97.0", secs=60, full="40.0", at=at(0))
+    # Later in a run: the minute reaches further back than the run's first read.
+    tracker = NodePressure(SETTINGS, False)
+    assert run(tracker, [(0, PSI(80, 9, None, None, 20.0)), (20, PSI(85, 9, None, None, 35.0))]
+               ) == []
+    assert tracker.high_since == 0
+    assert run(tracker, [(40, PSI(90, 9, None, None, 41.0))]) == [(40, "mark")]
+    # avg10 alone past it, or avg60 alone: no minute's proof.
+    tracker = NodePressure(SETTINGS, False)
+    assert run(tracker, [(0, PSI(97, 40, None, None, 39.9)), (10, PSI(30, 9, None, None, 70))]
+               ) == []
+    assert tracker.high_since is None
+    # The same for the clear, across a blind stretch.
+    tracker = NodePressure(SETTINGS, True)
+    assert run(tracker, [(0, PSI(50, 9, None, None, 50)), (10, None), (20, None),
+                         (80, PSI(2, 0, None, None, 4.0))]) == []
+    assert tracker.low_since == 20
+    assert run(tracker, [(140, PSI(1, 0, None, None, 3.0))]) == [(140, "clear")]
+
+
 def test_a_mark_read_from_the_node_is_kept_until_the_clear_window_passes() -> None:
     """A new leader (or a restarted labeller) starts from the label: no clear on one read."""
     tracker = NodePressure(SETTINGS, marked=True)
@@ -318,17 +344,18 @@ def test_summary_of_the_kubelet_gives_the_nodes_memory_psi_not_a_pods() -> None:
     memory = payload["node"]["memory"]
     sampled = dt.datetime.fromisoformat(memory["time"].replace("Z", "+00:00")).timestamp()
     assert summary_memory_psi(payload, "swap-node-1") == PSI(
-        47.21, 12.13, memory["psi"]["some"]["total"], sampled)
+        47.21, 12.13, memory["psi"]["some"]["total"], sampled, memory["psi"]["some"]["avg60"])
     # The Go encoder writes a whole float as an integer: 0, not 0.0.
     assert summary_memory_psi(summary("n", 0, 0), "n").some == 0.0
     assert summary_memory_psi(summary("n", 100, 100), "n").full == 100.0
-    # The counter and its time are optional: without them a read is still good evidence.
+    # The counter, its time and avg60 are optional: without them a read is still evidence.
     other = summary("n", 5.5)
+    some = other["node"]["memory"]["psi"]["some"]
     other["node"]["memory"]["time"] = "yesterday"
-    other["node"]["memory"]["psi"]["some"]["total"] = -3
-    assert summary_memory_psi(other, "n") == PSI(5.5, 1.5, None, None)
-    del other["node"]["memory"]["time"], other["node"]["memory"]["psi"]["some"]["total"]
-    assert summary_memory_psi(other, "n") == PSI(5.5, 1.5, None, None)
+    some["total"], some["avg60"] = -3, 101
+    assert summary_memory_psi(other, "n") == PSI(5.5, 1.5, None, None, None)
+    del other["node"]["memory"]["time"], some["total"], some["avg60"]
+    assert summary_memory_psi(other, "n") == PSI(5.5, 1.5, None, None, None)
     no_name = summary("n", 5.5)
     del no_name["node"]["nodeName"]
     assert summary_memory_psi(no_name, "n") .some == 5.5

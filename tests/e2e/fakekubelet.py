@@ -53,8 +53,11 @@ def host_address() -> str | None:
 
 def summary(node: str, some: float, full: float) -> dict[str, Any]:
     """The node part of a kubelet Summary as ``only_cpu_and_memory=true`` gives it."""
-    psi = {"full": {"total": 1000, "avg10": full, "avg60": full, "avg300": full},
-           "some": {"total": 5000, "avg10": some, "avg60": some, "avg300": some}}
+    # avg60 between the tests' thresholds and a still counter: the windows of these tests
+    # are seconds, which a kernel's minute average could not follow (the guard takes avg60
+    # and the counter as evidence too: tests/test_pressure_guard.py covers that).
+    psi = {"full": {"total": 1000, "avg10": full, "avg60": 25, "avg300": 25},
+           "some": {"total": 5000, "avg10": some, "avg60": 25, "avg300": 25}}
     return {"node": {"nodeName": node, "startTime": "2026-01-01T11:49:31Z",
                      "cpu": {"time": "2026-01-01T12:00:03Z", "usageNanoCores": 1000},
                      "memory": {"time": "2026-01-01T12:00:03Z", "workingSetBytes": 2 << 30,

@@ -27,12 +27,14 @@ cumulative stall time (``total``, microseconds) and the time the kubelet sampled
 (``node.memory.time``), so two good reads give the exact share of the time between them that
 was stalled, however far apart they are. A read whose avg10 is on one side of a threshold and
 whose share since the previous good read is on the same side carries its run back to that
-read: the run started there, or, across a blind stretch, goes on. A blind stretch without that
-proof (no counter, a counter that went back, a sample not newer than the last) starts both
-windows again at the next good read, so a node is never marked or cleared on evidence with a
-hole in it. Why it matters: a thrashing node's kubelet answers few reads in time (its
-Summary waits on the container runtime, which thrashes with the pods), and a guard that
-needed a window of answered reads marked minutes late on the real node (docs/nodes.md).
+read: the run started there, or, across a blind stretch, goes on. The kernel's ``avg60`` is
+proof of the last minute the same way (an exponential average: it reaches 60 % only after
+about 55 s of a node stalled all the time). A blind stretch without proof (no counter, a
+counter that went back, a sample not newer than the last) starts both windows again at the
+next good read, so a node is never marked or cleared on evidence with a hole in it. Why it
+matters: a thrashing node's kubelet answers few reads in time (its Summary waits on the
+container runtime, which thrashes with the pods), and a guard that needed a window of
+answered reads marked minutes late on the real node (docs/nodes.md).
 
 The state of a node the guard has not read yet is the mark it carries (so a new leader, or
 a restarted labeller, keeps a mark until the clear window has passed).
@@ -58,6 +60,7 @@ DEFAULT_CLEAR_BELOW = 10.0  # percent, some avg10
 DEFAULT_MARK_AFTER = 60.0  # seconds
 DEFAULT_CLEAR_AFTER = 120.0  # seconds
 MISSED_READS = 2  # failed reads in a row that restart both windows
+AVG60_SECONDS = 60.0  # what the kernel's avg60 averages over (exponentially)
 
 
 class SummaryError(ValueError):
@@ -67,13 +70,14 @@ class SummaryError(ValueError):
 @dataclass(frozen=True)
 class PSI:
     """A node's memory pressure: ``some`` and ``full`` avg10, in percent (0-100); the
-    cumulative ``some`` stall (microseconds) and when it was sampled (POSIX seconds, the
-    node's clock), where the Summary has them."""
+    cumulative ``some`` stall (microseconds), when it was sampled (POSIX seconds, the
+    node's clock) and ``some`` avg60, where the Summary has them."""
 
     some: float
     full: float
     some_total: int | None = None
     sampled: float | None = None
+    some_avg60: float | None = None
 
     def text(self) -> str:
         return f"some avg10 {self.some:.1f}%, full avg10 {self.full:.1f}%"
@@ -116,7 +120,17 @@ def summary_memory_psi(payload: Any, node: str) -> PSI:
                            "off, or a kernel without PSI)")
     if not isinstance(psi, Mapping):
         raise SummaryError("node.memory.psi is not an object")
-    return PSI(_avg10(psi, "some"), _avg10(psi, "full"), _total(psi), _sampled(memory))
+    return PSI(_avg10(psi, "some"), _avg10(psi, "full"), _total(psi), _sampled(memory),
+               _avg60(psi))
+
+
+def _avg60(psi: Mapping[str, Any]) -> float | None:
+    """``some.avg60``, or None: optional evidence, like the counter."""
+    value = psi["some"].get("avg60")
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not math.isfinite(value) or not 0 <= value <= 100:
+        return None
+    return float(value)
 
 
 def _total(psi: Mapping[str, Any]) -> int | None:
@@ -229,28 +243,35 @@ class NodePressure:
         """A read that failed: no evidence; the second in a row is a blind stretch."""
         self.misses += 1
 
-    def _run(self, since: float | None, now: float, point: bool,
-             span: bool | None) -> float | None:
+    def _run(self, since: float | None, now: float, point: bool, span: bool | None,
+             minute: bool | None) -> float | None:
         """Where the run of reads on one side of a threshold starts, after a read at ``now``
-        on that side (``point``) whose share since the previous good read is or is not on
-        it (``span``; None: unknown)."""
+        on that side (``point``) whose share since the previous good read (``span``) and
+        whose kernel avg60 (``minute``) are or are not on it (None: unknown)."""
         if not point:
             return None
-        blind = self.misses >= MISSED_READS
-        if since is not None and (not blind or span):
-            return since  # the run goes on (across a blind stretch: the counter says so)
+        start = now
         if span and self.read_at is not None:
-            return self.read_at  # the whole time since the previous read was on this side
-        return now
+            start = self.read_at  # the whole time since the previous read was on this side
+        if minute:
+            start = min(start, now - AVG60_SECONDS)  # and so was the kernel's last minute
+        if since is not None and (self.misses < MISSED_READS or span):
+            return min(since, start)  # the run goes on (across a blind stretch: proven)
+        return start  # a new run, or one broken by a blind stretch nothing bridges
 
     def observe(self, psi: PSI, now: float, wall: dt.datetime) -> Transition | None:
         """A good read at ``now`` (monotonic seconds); the transition it completes, if any."""
         s = self.settings
         share = stalled_share(self.last, psi) if self.last is not None else None
-        self.high_since = self._run(self.high_since, now, psi.some >= s.mark_above,
-                                    None if share is None else share >= s.mark_above)
-        self.low_since = self._run(self.low_since, now, psi.some < s.clear_below,
-                                   None if share is None else share < s.clear_below)
+        avg60 = psi.some_avg60
+        self.high_since = self._run(
+            self.high_since, now, psi.some >= s.mark_above,
+            None if share is None else share >= s.mark_above,
+            None if avg60 is None else avg60 >= s.mark_above)
+        self.low_since = self._run(
+            self.low_since, now, psi.some < s.clear_below,
+            None if share is None else share < s.clear_below,
+            None if avg60 is None else avg60 < s.clear_below)
         self.read_at, self.last, self.misses = now, psi, 0
         if not self.marked and self.high_since is not None \
                 and now - self.high_since >= s.mark_after:
