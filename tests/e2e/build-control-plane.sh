@@ -83,13 +83,9 @@ spec() {
   esac
 }
 
-# No DWARF from the compiler either: the linker drops it anyway (-w), and generating it
-# (location lists of optimised code) is compile time a cold run pays for nothing.
-gcflags="all=-dwarf=false"
-
-stamp_key() {  # what the binary depends on: helper module, flags, Go toolchain
+stamp_key() {  # what the binary depends on: helper module, ldflags, Go toolchain
   local module=$1 ldflags=$2
-  { cat "$gomod/$module/go.mod" "$gomod/$module/go.sum"; echo "$ldflags $gcflags"; go version; } \
+  { cat "$gomod/$module/go.mod" "$gomod/$module/go.sum"; echo "$ldflags"; go version; } \
     | sha256sum | cut -d' ' -f1
 }
 
@@ -140,7 +136,7 @@ for name in "${wanted[@]}"; do
   fi
   echo "==> $name: building $pkg ($module helper module, -p $jobs)"
   start=$SECONDS
-  (cd "$gomod/$module" && go build -p "$jobs" -trimpath -gcflags "$gcflags" -ldflags "$ldflags" -o "$bin/.$name.tmp" "$pkg")
+  (cd "$gomod/$module" && go build -p "$jobs" -trimpath -ldflags "$ldflags" -o "$bin/.$name.tmp" "$pkg")
   mv -f "$bin/.$name.tmp" "$bin/$name"
   # shellcheck disable=SC2086
   out=$("$bin/$name" $vcmd 2>&1) || true
