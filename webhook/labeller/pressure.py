@@ -83,16 +83,16 @@ class PSI:
         return f"some avg10 {self.some:.1f}%, full avg10 {self.full:.1f}%"
 
 
-def _avg10(psi: Mapping[str, Any], kind: str) -> float:
+def _average(psi: Mapping[str, Any], kind: str, field: str = "avg10") -> float:
     data = psi.get(kind)
     if not isinstance(data, Mapping):
         raise SummaryError(f"node.memory.psi.{kind} is missing or not an object")
-    value = data.get("avg10")
+    value = data.get(field)
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise SummaryError(f"node.memory.psi.{kind}.avg10 is not a number: "
+        raise SummaryError(f"node.memory.psi.{kind}.{field} is not a number: "
                            f"{str(value)[:40]!r}")
     if not math.isfinite(value) or not 0 <= value <= 100:
-        raise SummaryError(f"node.memory.psi.{kind}.avg10 {value!r} is not a percentage")
+        raise SummaryError(f"node.memory.psi.{kind}.{field} {value!r} is not a percentage")
     return float(value)
 
 
@@ -120,17 +120,16 @@ def summary_memory_psi(payload: Any, node: str) -> PSI:
                            "off, or a kernel without PSI)")
     if not isinstance(psi, Mapping):
         raise SummaryError("node.memory.psi is not an object")
-    return PSI(_avg10(psi, "some"), _avg10(psi, "full"), _total(psi), _sampled(memory),
+    return PSI(_average(psi, "some"), _average(psi, "full"), _total(psi), _sampled(memory),
                _avg60(psi))
 
 
 def _avg60(psi: Mapping[str, Any]) -> float | None:
     """``some.avg60``, or None: optional evidence, like the counter."""
-    value = psi["some"].get("avg60")
-    if isinstance(value, bool) or not isinstance(value, int | float) \
-            or not math.isfinite(value) or not 0 <= value <= 100:
+    try:
+        return _average(psi, "some", "avg60")
+    except SummaryError:
         return None
-    return float(value)
 
 
 def _total(psi: Mapping[str, Any]) -> int | None:
