@@ -133,6 +133,12 @@ def kubelet_config(swap_behavior: str, eviction_memory: str = "100Mi") -> dict[s
         },
         "authorization": {"mode": "Webhook"},
         "resolvConf": "",
+        # What the node's agents are protected with (node-init.sh: the kubelet's memory.min)
+        # is not the pods' to have: without it the scheduler packed 7 Guaranteed sandboxes
+        # whose memory cannot swap next to agents that held 550-800 MiB, and a CI run's
+        # last ones never finished allocating (docs/nodes.md, "Keep the kubelet out of
+        # reclaim").
+        "kubeReserved": {"memory": "192Mi"},
         "evictionHard": {
             "memory.available": eviction_memory,
             "nodefs.available": "1%",

@@ -378,8 +378,22 @@ class Run:
                 return False
             return all(hot_ops(self.cp, self.namespace, p["metadata"]["name"]) for p in placed)
 
-        self.node.wait_for(working, timeout, interval=10,
-                           what=f"all pods of {self.namespace} Running and allocated")
+        try:
+            self.node.wait_for(working, timeout, interval=10,
+                               what=f"all pods of {self.namespace} Running and allocated")
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}\n{self.progress()}") from None
+
+    def progress(self) -> str:
+        """Each placed pod's state and last progress line, for a failure message: which pods
+        never reported, and how far they got."""
+        lines, placed = [], self.placed_pods()
+        for pod, state in zip(placed, states(placed), strict=True):
+            name = pod["metadata"]["name"]
+            out = self.cp.kubectl("logs", "-n", self.namespace, name, "--tail=1",
+                                  check=False).stdout.strip()
+            lines.append(f"{state}; last line: {out or '(none)'}")
+        return "----- pods -----\n" + "\n".join(lines)
 
     def swap_current(self) -> int:
         """Swap in use by this run's containers, from their cgroups in the guest."""
@@ -456,10 +470,15 @@ def test_density_triples_without_oom_kills(
     results["plan.per_node.with"] = density_plan["sandbox"]["after"]["perNode"]
     results["plan.per_node.without"] = density_plan["sandbox"]["before"]["perNode"]
 
+    without_from = time.monotonic()
     with Run(node, "density-without", None, count) as without:
         results["density.without.placed"] = without.placed
         assert without.placed == expected_without
-        without.wait_all_working(900)
+        try:
+            without.wait_all_working(900)
+        finally:
+            results["density.without.max_some_avg10"] = pressure_log.max_some(without_from)
+            results["density.without.started_s"] = round(time.monotonic() - without_from, 1)
         results["density.hot_ops_per_s.without"] = without.median_hot_ops()
         results["density.without.oom_kills"] = without.counts()["oom_kills"]
 
