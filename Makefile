@@ -5,7 +5,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 
 .PHONY: run test lint unit compat e2e e2e-1.37 e2e-smoke-1.37 control-plane control-plane-1.34 \
-	control-plane-1.37 prometheus vpa image node node-parts node-e2e demo bench clean \
+	control-plane-1.37 prometheus vpa helm4 image node node-parts node-e2e demo bench clean \
 	admission-policy-golden
 
 # The dev venv runs the newest uvicorn, Starlette and FastAPI pyproject.toml allows, pinned by
@@ -25,12 +25,14 @@ run: venv
 
 ## The whole suite, in timed stages (hack/stage: a line per stage, a table at the end): lint;
 ## unit and integration tests; the whole e2e suite against a real control plane on Kubernetes
-## 1.34 with Helm 3 (the full line: the real node's line); the e2e smoke on 1.37 with Helm 4;
-## the chart tests with Helm 4; the server tests on the oldest uvicorn; the real-node
-## scenarios (a kubelet with swap in a QEMU guest). Downloads, the builds the unit tests do
-## not need, and the single-process test stages (compat, chart) run in the background beside
-## stages that leave a core idle; nothing runs beside the real node, whose emulated guest
-## takes both cores (README "How long it takes").
+## 1.34 with Helm 3 (the real node's line; the admission policies on v1beta1 included); the
+## chart with Helm 4 (its tests and its e2e installs); the server tests on the oldest uvicorn;
+## the real-node scenarios (a kubelet with swap in a QEMU guest). The 1.37 line is not built
+## here (8-14 minutes of a cold run): make e2e-smoke-1.37 or e2e-1.37, when README "Supported
+## versions" says. Downloads, the builds the unit tests do not need, and the single-process
+## test stages (compat, helm4) run in the background beside stages that leave a core idle;
+## nothing runs beside the real node, whose emulated guest takes both cores (README "How long
+## it takes").
 test: venv
 	@hack/stage --begin
 	@hack/stage lint $(MAKE) --no-print-directory lint
@@ -38,16 +40,13 @@ test: venv
 	@hack/stage build-1.34 $(MAKE) --no-print-directory control-plane-1.34
 	@hack/stage build-promtool tests/e2e/build-prometheus.sh promtool
 	@hack/stage --background build-tools $(MAKE) --no-print-directory prometheus vpa
-	@hack/stage --background build-1.37 $(MAKE) --no-print-directory control-plane-1.37
 	@hack/stage unit $(MAKE) --no-print-directory unit
 	@hack/stage --wait build-tools
 	@hack/stage --background compat $(MAKE) --no-print-directory compat
 	@hack/stage e2e-1.34 env SWAPWISE_K8S_VERSION=1.34 SWAPWISE_HELM=3 $(MAKE) --no-print-directory e2e
-	@hack/stage --background chart-helm4 env SWAPWISE_HELM=4 $(BIN)/pytest -q -p no:cacheprovider tests/chart
-	@hack/stage --wait build-1.37
-	@hack/stage smoke-1.37 $(MAKE) --no-print-directory e2e-smoke-1.37
+	@hack/stage --background helm4 $(MAKE) --no-print-directory helm4
 	@hack/stage --wait compat
-	@hack/stage --wait chart-helm4
+	@hack/stage --wait helm4
 	@hack/stage --wait node-parts
 	@hack/stage node-e2e $(MAKE) --no-print-directory node-e2e
 	@hack/stage --summary
@@ -86,14 +85,22 @@ $(COMPAT)/%/.installed: pyproject.toml constraints/%.txt
 
 ## The whole e2e suite on the line SWAPWISE_K8S_VERSION selects (1.34 by default, or 1.37)
 ## with the Helm SWAPWISE_HELM selects (3 by default, or 4); e2e-1.37 is the whole suite on
-## the 1.37 line with Helm 4 (make test runs only its smoke; run it when a line or Helm
-## changes, and before a release: README "How long it takes").
+## the 1.37 line with Helm 4 (make test runs neither it nor its smoke; README "Supported
+## versions" says when to run them).
 E2E_LINE = $(or $(SWAPWISE_K8S_VERSION),1.34)
 e2e: venv control-plane-$(E2E_LINE) prometheus vpa
 	$(BIN)/pytest -m e2e tests/e2e
 
 e2e-1.37: venv control-plane-1.37 prometheus vpa
 	SWAPWISE_K8S_VERSION=1.37 SWAPWISE_HELM=4 $(BIN)/pytest -m e2e tests/e2e
+
+## The chart with Helm 4: the chart tests, and the e2e tests that install it (webhook and
+## admission-policy modes) or dry-run through it, on the 1.34 control plane.
+HELM4_E2E := tests/e2e/test_helm.py tests/e2e/test_helm_admission_policy.py \
+  tests/e2e/test_chart_dry_run.py
+helm4: venv control-plane-1.34
+	SWAPWISE_HELM=4 $(BIN)/pytest -q -p no:cacheprovider tests/chart
+	SWAPWISE_HELM=4 $(BIN)/pytest -q -p no:cacheprovider -m e2e $(HELM4_E2E)
 
 ## The e2e tests marked smoke (what can differ between lines: admission, the chart with
 ## Helm 4, the admission policies, the lines' own differences) on 1.37 with Helm 4.

@@ -24,15 +24,22 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from tests.e2e.cluster import ControlPlane, ensure_binaries, k8s_version, skip_unless_e2e
+from tests.e2e.cluster import (
+    DEFAULT_LINE,
+    ControlPlane,
+    ensure_binaries,
+    k8s_version,
+    skip_unless_e2e,
+)
 from tests.e2e.engine_cases import table_cases
 from tests.support.profile_spec import profile_fields
 from tests.support.strategies import pods, profiles
 from webhook.profile import Profile
 
-# MutatingAdmissionPolicy is GA (v1) from 1.36; SWAPWISE_AP_LINE=1.34 runs the same test on
-# the default line with the v1beta1 API behind its feature gate.
-LINE = os.environ.get("SWAPWISE_AP_LINE", "1.37")
+# The session's line (make test: 1.34, where MutatingAdmissionPolicy is v1beta1 behind its
+# feature gate, as 1.34 and 1.35 users run it; make e2e-1.37: v1, GA from 1.36).
+# SWAPWISE_AP_LINE picks another line's API server for these tests alone.
+LINE = os.environ.get("SWAPWISE_AP_LINE") or DEFAULT_LINE
 API_VERSION = "v1beta1" if LINE in ("1.34", "1.35") else "v1"
 APISERVER_ARGS = ([] if API_VERSION == "v1" else [
     "--feature-gates=MutatingAdmissionPolicy=true",

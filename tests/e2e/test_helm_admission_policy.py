@@ -1,4 +1,5 @@
-"""The chart in mode admissionPolicy, installed with helm on a real kube-apiserver 1.37.
+"""The chart in mode admissionPolicy, installed with helm on a real kube-apiserver of the
+session's line (v1beta1 behind its feature gate on 1.34, v1 on 1.37).
 
 What a user does (README "Without a webhook"): render a values file from a policy file with
 `swapwise render admission-policy --format helm-values`, `helm install` the chart with it.
@@ -22,6 +23,7 @@ import jsonpatch
 import pytest
 import yaml
 
+from tests.e2e.admission_cases import API_VERSION, APISERVER_ARGS, LINE
 from tests.e2e.cluster import (
     PROFILE_LABEL,
     ControlPlane,
@@ -35,7 +37,6 @@ from webhook.policy import build_policy
 
 pytestmark = [pytest.mark.e2e, pytest.mark.smoke]
 
-LINE = "1.37"  # MutatingAdmissionPolicy v1 is GA from 1.36
 CHART = Path(__file__).resolve().parents[2] / "charts" / "swapwise"
 SWAPWISE = str(Path(sys.executable).with_name("swapwise"))
 RELEASE, NAMESPACE = "swapwise", "swapwise"
@@ -60,7 +61,7 @@ def cluster(pytestconfig: pytest.Config) -> Iterator[ControlPlane]:
     with uncaptured(pytestconfig):
         binaries = ensure_binaries()  # the default line: kubectl, helm, the controllers
         apiserver = ensure_binaries(LINE, ["kube-apiserver"]) / "kube-apiserver"
-    with ControlPlane(binaries, apiserver=apiserver) as cp:
+    with ControlPlane(binaries, apiserver_args=APISERVER_ARGS, apiserver=apiserver) as cp:
         version = json.loads(cp.kubectl("version", "-o", "json").stdout)
         assert version["serverVersion"]["gitVersion"] == k8s_version(LINE)
         yield cp
@@ -124,7 +125,7 @@ def installed_names(cp: ControlPlane) -> list[str]:
 def test_helm_install_in_admission_policy_mode_reshapes_pods_without_a_server(
     cluster: ControlPlane, tmp_path: Path
 ) -> None:
-    values = render_values(tmp_path)
+    values = render_values(tmp_path, "--api-version", API_VERSION)
     helm(cluster, "install", RELEASE, str(CHART), "--namespace", NAMESPACE,
          "--create-namespace", "-f", str(values))
 
@@ -212,13 +213,15 @@ def test_helm_install_in_admission_policy_mode_reshapes_pods_without_a_server(
 def test_helm_install_refuses_an_api_the_cluster_does_not_serve(
     cluster: ControlPlane, tmp_path: Path
 ) -> None:
-    """v1beta1 rendered for 1.34/1.35, installed on a 1.37 that does not serve it (beta APIs
-    are off by default): a clear error from the chart, and nothing installed."""
-    values = render_values(tmp_path, "--api-version", "v1beta1")
+    """The other API rendered: v1beta1 (for 1.34/1.35) on a 1.37 that does not serve it (beta
+    APIs are off by default), or v1 on a 1.34 that does not have it yet: a clear error from
+    the chart, and nothing installed."""
+    other = "v1" if API_VERSION == "v1beta1" else "v1beta1"
+    values = render_values(tmp_path, "--api-version", other)
     proc = helm(cluster, "install", "beta", str(CHART), "--namespace", NAMESPACE,
                 "--create-namespace", "-f", str(values), check=False)
     assert proc.returncode != 0
-    assert ("this cluster does not serve admissionregistration.k8s.io/v1beta1 "
+    assert (f"this cluster does not serve admissionregistration.k8s.io/{other} "
             "MutatingAdmissionPolicy (swapwise-sandbox)") in proc.stderr, proc.stderr
     assert "--api-version v1beta1" in proc.stderr
     assert installed_names(cluster) == []
