@@ -89,7 +89,7 @@ $(COMPAT)/%/.installed: pyproject.toml constraints/%.txt
 ## versions" says when to run them).
 E2E_LINE = $(or $(SWAPWISE_K8S_VERSION),1.34)
 e2e: venv control-plane-$(E2E_LINE) prometheus vpa
-	$(BIN)/pytest -m e2e tests/e2e
+	$(BIN)/pytest --durations=15 -m e2e tests/e2e
 
 e2e-1.37: venv control-plane-1.37 prometheus vpa
 	SWAPWISE_K8S_VERSION=1.37 SWAPWISE_HELM=4 $(BIN)/pytest -m e2e tests/e2e
