@@ -23,14 +23,8 @@ import jsonpatch
 import pytest
 import yaml
 
-from tests.e2e.admission_cases import API_VERSION, APISERVER_ARGS, LINE
-from tests.e2e.cluster import (
-    PROFILE_LABEL,
-    ControlPlane,
-    ensure_binaries,
-    k8s_version,
-    skip_unless_e2e,
-)
+from tests.e2e.admission_cases import API_VERSION, policy_control_plane
+from tests.e2e.cluster import PROFILE_LABEL, ControlPlane
 from tests.support.progress import uncaptured
 from webhook.engine import mutate_pod
 from webhook.policy import build_policy
@@ -57,13 +51,8 @@ WARNING = ("Warning: Validation failed for ValidatingAdmissionPolicy 'swapwise-s
 
 @pytest.fixture(scope="module")
 def cluster(pytestconfig: pytest.Config) -> Iterator[ControlPlane]:
-    skip_unless_e2e()
-    with uncaptured(pytestconfig):
-        binaries = ensure_binaries()  # the default line: kubectl, helm, the controllers
-        apiserver = ensure_binaries(LINE, ["kube-apiserver"]) / "kube-apiserver"
-    with ControlPlane(binaries, apiserver_args=APISERVER_ARGS, apiserver=apiserver) as cp:
-        version = json.loads(cp.kubectl("version", "-o", "json").stdout)
-        assert version["serverVersion"]["gitVersion"] == k8s_version(LINE)
+    """The same control plane as test_admission_policy.py's: LINE's API server."""
+    with uncaptured(pytestconfig), policy_control_plane() as cp:
         yield cp
 
 
