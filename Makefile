@@ -5,7 +5,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 
 .PHONY: run test lint unit compat e2e e2e-1.37 e2e-smoke-1.37 control-plane control-plane-1.34 \
-	control-plane-1.37 prometheus vpa helm4 image node node-parts node-e2e demo bench clean \
+	control-plane-1.37 unit-tools prometheus vpa helm4 image node node-parts node-e2e demo bench clean \
 	admission-policy-golden
 
 # The dev venv runs the newest uvicorn, Starlette and FastAPI pyproject.toml allows, pinned by
@@ -29,25 +29,28 @@ run: venv
 ## chart with Helm 4 (its tests and its e2e installs); the server tests on the oldest uvicorn;
 ## the real-node scenarios (a kubelet with swap in a QEMU guest). The 1.37 line is not built
 ## here (8-14 minutes of a cold run): make e2e-smoke-1.37 or e2e-1.37, when README "Supported
-## versions" says. Downloads, the builds the unit tests do not need, and the single-process
-## test stages (compat, helm4) run in the background beside stages that leave a core idle;
-## nothing runs beside the real node, whose emulated guest takes both cores (README "How long
-## it takes").
+## versions" says. Downloads, the real node's parts and the test stages that leave a core
+## idle run in the background: the unit tests need only helm and promtool (built first), so
+## they run beside the Go builds of the control plane; compat and helm4 beside e2e, which
+## mostly waits on its control plane; nothing runs beside the real node, whose emulated guest
+## takes both cores (README "How long it takes").
 test: venv
 	@hack/stage --begin
 	@hack/stage lint $(MAKE) --no-print-directory lint
 	@hack/stage --background node-parts $(MAKE) --no-print-directory node-parts
+	@hack/stage build-unit $(MAKE) --no-print-directory unit-tools
+	@hack/stage --background unit $(MAKE) --no-print-directory unit
 	@hack/stage build-1.34 $(MAKE) --no-print-directory control-plane-1.34
-	@hack/stage build-promtool tests/e2e/build-prometheus.sh promtool
-	@hack/stage --background build-tools $(MAKE) --no-print-directory prometheus vpa
-	@hack/stage unit $(MAKE) --no-print-directory unit
-	@hack/stage --wait build-tools
+	@hack/stage build-tools $(MAKE) --no-print-directory prometheus vpa
+	@hack/stage --wait node-parts
+	@hack/stage --background node $(MAKE) --no-print-directory node
+	@hack/stage --wait unit
 	@hack/stage --background compat $(MAKE) --no-print-directory compat
-	@hack/stage e2e-1.34 env SWAPWISE_K8S_VERSION=1.34 SWAPWISE_HELM=3 $(MAKE) --no-print-directory e2e
 	@hack/stage --background helm4 $(MAKE) --no-print-directory helm4
+	@hack/stage e2e-1.34 env SWAPWISE_K8S_VERSION=1.34 SWAPWISE_HELM=3 $(MAKE) --no-print-directory e2e
 	@hack/stage --wait compat
 	@hack/stage --wait helm4
-	@hack/stage --wait node-parts
+	@hack/stage --wait node
 	@hack/stage node-e2e $(MAKE) --no-print-directory node-e2e
 	@hack/stage --summary
 
@@ -58,6 +61,13 @@ lint: venv
 ## Everything but the e2e and real-node tests: no control plane, a few minutes.
 unit: venv
 	SWAPWISE_SKIP_E2E=1 $(BIN)/pytest -m "not e2e and not node" --ignore=tests/node
+
+## What the unit tests run of the Go-built tools: helm (the chart tests) and promtool (the
+## alert rule tests). The tests build a missing one themselves; make test builds them first so
+## that the unit stage can run beside the rest of the Go builds.
+unit-tools:
+	tests/e2e/build-control-plane.sh helm
+	tests/e2e/build-prometheus.sh promtool
 
 ## What the oldest uvicorn, Starlette and FastAPI that pyproject.toml allows
 ## (constraints/oldest.txt) could break, in a venv of its own under build/compat/: the server

@@ -60,6 +60,20 @@ if $local_base; then
   mirror=${mirror:-http://deb.debian.org/debian}
   key=$(echo "bookworm $packages $mirror v1" | sha256sum | cut -c1-12)
   base=localhost/swapwise-base:python3.11-bookworm-$key
+fi
+
+# An archive built from the same inputs is not built again (make test builds the image in the
+# background early; the real-node stage's `make node` then finds it): the Dockerfile, the
+# build context's digest, the version, the base and this script make the stamp.
+stamp=$out.stamp
+inputs=$( { cat "$repo/Dockerfile" "$repo/.dockerignore" "${BASH_SOURCE[0]}"
+            echo "$version $source_digest ${base:-upstream}"; } | sha256sum | cut -d' ' -f1)
+if [[ -f $out && -f $stamp && $(<"$stamp") == "$inputs" ]]; then
+  step "image $image: $out up to date ($(du -m "$out" | cut -f1) MiB)"
+  exit 0
+fi
+
+if $local_base; then
   if ! "${bah[@]}" inspect --type image "$base" >/dev/null 2>&1; then
     step "local base $base (debootstrap bookworm + $packages)"
     root=$cache/base-root
@@ -91,8 +105,9 @@ step "building $image from Dockerfile"
 "${bah[@]}" build --quiet --isolation chroot --network host --layers "${trust[@]}" \
   "${build_args[@]}" -t "$image" -f "$repo/Dockerfile" "$repo" >/dev/null
 mkdir -p "$(dirname "$out")"
-rm -f "$out"
+rm -f "$out" "$stamp"
 "${bah[@]}" push --quiet "$image" "oci-archive:$out:$image"
 # Earlier builds' layers (vfs keeps each one whole) go; the base stays, it is tagged.
 "${bah[@]}" rmi --prune >/dev/null 2>&1 || true
+echo "$inputs" > "$stamp"
 step "image $image: $out ($(du -m "$out" | cut -f1) MiB, gzip layers)"
