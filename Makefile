@@ -170,12 +170,14 @@ node-e2e: venv node prometheus
 	SWAPWISE_NODE_E2E=1 unshare --net -- $(BIN)/pytest --durations=0 tests/node
 
 ## A local control plane + swapwise installed by Helm + a dry-run preview of an example pod.
-demo: venv control-plane
+## It needs the line it runs on (SWAPWISE_K8S_VERSION, 1.34 by default), not both: e2e's
+## test_docs runs it, and a cold make test built the whole 1.37 line there (8-14 minutes).
+demo: venv control-plane-$(E2E_LINE)
 	$(BIN)/python -m tests.e2e.demo
 
 ## Benchmarks (figures printed; see BENCHMARKS.md). Needs wrk and h2load
-## (apt-get install wrk nghttp2-client); the API-server run needs the control plane.
-bench: venv control-plane
+## (apt-get install wrk nghttp2-client); the API-server run needs the control plane (1.34).
+bench: venv control-plane-$(E2E_LINE)
 	@command -v wrk >/dev/null && command -v h2load >/dev/null || \
 	  { echo "bench needs wrk and h2load: apt-get install wrk nghttp2-client"; exit 1; }
 	$(BIN)/python -m benchmarks
