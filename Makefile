@@ -5,8 +5,8 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 
 .PHONY: run test lint unit compat e2e e2e-1.37 e2e-smoke-1.37 control-plane control-plane-1.34 \
-	control-plane-1.37 unit-tools prometheus vpa helm4 image node node-parts node-e2e demo bench clean \
-	admission-policy-golden
+	control-plane-1.37 unit-tools prometheus vpa helm4 image node node-parts node-e2e demo bench \
+	clean admission-policy-golden
 
 # The dev venv runs the newest uvicorn, Starlette and FastAPI pyproject.toml allows, pinned by
 # constraints/newest.txt (as the image does), so the whole suite is the "newest" compat run.
@@ -176,7 +176,8 @@ demo: venv control-plane-$(E2E_LINE)
 	$(BIN)/python -m tests.e2e.demo
 
 ## Benchmarks (figures printed; see BENCHMARKS.md). Needs wrk and h2load
-## (apt-get install wrk nghttp2-client); the API-server run needs the control plane (1.34).
+## (apt-get install wrk nghttp2-client); the API-server run needs the control plane of the
+## selected line (1.34 by default).
 bench: venv control-plane-$(E2E_LINE)
 	@command -v wrk >/dev/null && command -v h2load >/dev/null || \
 	  { echo "bench needs wrk and h2load: apt-get install wrk nghttp2-client"; exit 1; }

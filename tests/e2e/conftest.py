@@ -16,6 +16,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:  # so `tests.e2e.cluster` imports under plain `pytest` too
     sys.path.insert(0, str(REPO_ROOT))
 
+from tests.e2e.admission_cases import policy_control_plane  # noqa: E402
 from tests.e2e.cluster import (  # noqa: E402
     DEFAULT_LINE,
     ControlPlane,
@@ -49,6 +50,14 @@ def control_plane(pytestconfig: pytest.Config) -> Iterator[ControlPlane]:
     with uncaptured(pytestconfig):
         binaries = ensure_binaries()
     with ControlPlane(binaries) as cp:
+        yield cp
+
+
+@pytest.fixture(scope="module")
+def policy_cluster(pytestconfig: pytest.Config) -> Iterator[ControlPlane]:
+    """A control plane whose API server is the admission-policy line's (admission_cases.LINE),
+    one per module: the admission-policy tests install policies cluster-wide."""
+    with uncaptured(pytestconfig), policy_control_plane() as cp:
         yield cp
 
 

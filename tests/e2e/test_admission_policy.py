@@ -20,7 +20,6 @@ missing, like every e2e test's.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,13 +40,11 @@ from tests.e2e.admission_cases import (
     differences,
     ordered_warnings,
     pod_for,
-    policy_control_plane,
     policy_document,
     probe_pod,
     stored,
 )
 from tests.e2e.cluster import PROFILE_LABEL, ControlPlane, Swapwise, webhook_configuration
-from tests.support.progress import uncaptured
 from webhook.engine import mutate_pod
 from webhook.policy import Policy, build_policy
 from webhook.profile import Profile
@@ -57,12 +54,6 @@ PATH_LABEL = "e2e.swapwise.io/path"  # which of the two paths serves a namespace
 # Its own control plane runs LINE's kube-apiserver whatever the session's line is, so it runs
 # in the session of that line only (the e2e conftest deselects it elsewhere): once per run.
 pytestmark = [pytest.mark.e2e, pytest.mark.smoke, pytest.mark.line(LINE)]
-
-
-@pytest.fixture(scope="module")
-def cluster(pytestconfig: pytest.Config) -> Iterator[ControlPlane]:
-    with uncaptured(pytestconfig), policy_control_plane() as cp:
-        yield cp
 
 
 def _serve_both(cp: ControlPlane, workdir: Path, named: dict[str, Profile]) -> Swapwise:
@@ -100,10 +91,10 @@ def _serve_both(cp: ControlPlane, workdir: Path, named: dict[str, Profile]) -> S
 
 
 def test_rendered_policies_store_the_same_pods_as_the_webhook(
-    cluster: ControlPlane, tmp_path: Path
+    policy_cluster: ControlPlane, tmp_path: Path
 ) -> None:
     named, cases = all_cases(tmp_path)
-    server = _serve_both(cluster, tmp_path, named)
+    server = _serve_both(policy_cluster, tmp_path, named)
     mismatches: list[str] = []
     warning_mismatches: list[str] = []
     compared = 0  # cases whose warnings were compared and not empty
@@ -113,7 +104,7 @@ def test_rendered_policies_store_the_same_pods_as_the_webhook(
             results = {}
             warned = {}
             for path in ("webhook", "policy"):
-                status, body, warnings = create_pod(cluster, f"{path}-{case.profile}",
+                status, body, warnings = create_pod(policy_cluster, f"{path}-{case.profile}",
                                                      pod_for(case, name))
                 results[path] = stored(status, body)
                 warned[path] = warnings if status == 201 else []
@@ -143,13 +134,13 @@ def test_rendered_policies_store_the_same_pods_as_the_webhook(
                                     "differently:\n" + "\n".join(warning_mismatches[:10]))
 
 
-def test_warning_policy_explains_the_change(cluster: ControlPlane) -> None:
+def test_warning_policy_explains_the_change(policy_cluster: ControlPlane) -> None:
     """kubectl create --dry-run=server shows the webhook's warning (with the API server's
     prefix, which a ValidatingAdmissionPolicy cannot avoid)."""
     objects = render_admission_policies(Policy(profiles={"warned": Profile(name="warned")}),
                                         API_VERSION, failure_policy="Fail")
-    create_all(cluster, objects)
-    cluster.create_namespace("warned", {PROFILE_LABEL: "warned"})
+    create_all(policy_cluster, objects)
+    policy_cluster.create_namespace("warned", {PROFILE_LABEL: "warned"})
     pod = probe_pod(Profile(name="warned"))
     pod["spec"]["containers"][0]["resources"]["limits"]["memory"] = "2Gi"
     pod["spec"]["containers"][0]["name"] = "app"
@@ -158,40 +149,41 @@ def test_warning_policy_explains_the_change(cluster: ControlPlane) -> None:
             "(limit 2Gi)")
 
     def warned() -> str | None:
-        out = cluster.kubectl("create", "--dry-run=server", "-n", "warned", "-o", "json",
-                              "-f", "-", input=json.dumps(pod))
+        out = policy_cluster.kubectl("create", "--dry-run=server", "-n", "warned", "-o", "json",
+                                     "-f", "-", input=json.dumps(pod))
         return out.stderr if want in out.stderr else None
 
-    stderr = cluster.wait_for(warned, 60, what="the Warn policy's message")
+    stderr = policy_cluster.wait_for(warned, 60, what="the Warn policy's message")
     # and the pod's swap-backing need (1000 x (2048 - 683) / 683, rounded up), once each
     assert ("swapwise: needs nodes whose swap is >= 1999\u2030 of their RAM (node label "
             "swapwise.io/swap-permille, from label-nodes)") in stderr
     assert stderr.count("swapwise:") == 2, stderr
 
 
-def test_namespace_override_gets_its_own_policy(cluster: ControlPlane) -> None:
+def test_namespace_override_gets_its_own_policy(policy_cluster: ControlPlane) -> None:
     """A namespace override is served by its own policy; the profile's other namespaces keep
     the profile's values. The expected requests are the engine's, for each namespace."""
     document = {"apiVersion": "swapwise.io/v1alpha1", "kind": "SwapPolicy",
                 "profiles": {"ov": {}}, "namespaces": {"ov-team": {"requestRatio": 0.25}}}
     policy = build_policy(document)
-    create_all(cluster, render_admission_policies(policy, API_VERSION, failure_policy="Fail"))
+    create_all(policy_cluster,
+               render_admission_policies(policy, API_VERSION, failure_policy="Fail"))
     pod = probe_pod(Profile(name="ov"))
     requests = []
     for namespace in ("ov-team", "ov-other"):
-        cluster.create_namespace(namespace, {PROFILE_LABEL: "ov"})
+        policy_cluster.create_namespace(namespace, {PROFILE_LABEL: "ov"})
         profile = policy.resolve("ov", namespace)
         assert profile is not None
         mutation = mutate_pod(pod, profile)
         want = jsonpatch.apply_patch(pod, mutation.patch)["spec"]["containers"][0]["resources"]
 
         def stored(ns: str = namespace) -> Any:
-            status, body = api(cluster, "POST", f"/api/v1/namespaces/{ns}/pods?dryRun=All",
+            status, body = api(policy_cluster, "POST", f"/api/v1/namespaces/{ns}/pods?dryRun=All",
                                 {**pod, "metadata": {"name": "ov"}})
             annotations = body.get("metadata", {}).get("annotations") or {}
             return body if status == 201 and PROFILE_LABEL in annotations else None
 
-        got = cluster.wait_for(stored, 60, what=f"policy for {namespace}")
+        got = policy_cluster.wait_for(stored, 60, what=f"policy for {namespace}")
         assert got["spec"]["containers"][0]["resources"] == want
         requests.append(want["requests"]["memory"])
     assert requests[0] != requests[1], "the override must change the request"

@@ -15,7 +15,6 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +22,8 @@ import jsonpatch
 import pytest
 import yaml
 
-from tests.e2e.admission_cases import API_VERSION, policy_control_plane
+from tests.e2e.admission_cases import API_VERSION
 from tests.e2e.cluster import PROFILE_LABEL, ControlPlane
-from tests.support.progress import uncaptured
 from webhook.engine import mutate_pod
 from webhook.policy import build_policy
 
@@ -48,12 +46,6 @@ WARNING = ("Warning: Validation failed for ValidatingAdmissionPolicy 'swapwise-s
            "with binding 'swapwise-sandbox-warn': swapwise: app memory request 2Gi -> 683Mi "
            "(limit 2Gi)")
 
-
-@pytest.fixture(scope="module")
-def cluster(pytestconfig: pytest.Config) -> Iterator[ControlPlane]:
-    """The same control plane as test_admission_policy.py's: LINE's API server."""
-    with uncaptured(pytestconfig), policy_control_plane() as cp:
-        yield cp
 
 
 def helm(cp: ControlPlane, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -112,46 +104,46 @@ def installed_names(cp: ControlPlane) -> list[str]:
 
 
 def test_helm_install_in_admission_policy_mode_reshapes_pods_without_a_server(
-    cluster: ControlPlane, tmp_path: Path
+    policy_cluster: ControlPlane, tmp_path: Path
 ) -> None:
     values = render_values(tmp_path, "--api-version", API_VERSION)
-    helm(cluster, "install", RELEASE, str(CHART), "--namespace", NAMESPACE,
+    helm(policy_cluster, "install", RELEASE, str(CHART), "--namespace", NAMESPACE,
          "--create-namespace", "-f", str(values))
 
     # Only the policies: no webhook configuration, no server Deployment, no Service.
-    assert installed_names(cluster) == [
+    assert installed_names(policy_cluster) == [
         "MutatingAdmissionPolicy/swapwise-sandbox",
         "MutatingAdmissionPolicyBinding/swapwise-sandbox",
         "ValidatingAdmissionPolicy/swapwise-sandbox-warn",
         "ValidatingAdmissionPolicyBinding/swapwise-sandbox-warn",
     ]
-    assert cluster.get_json("mutatingwebhookconfigurations")["items"] == []
-    assert cluster.get_json("deployments,services,secrets,configmaps", "-n", NAMESPACE,
-                            "-l", "app.kubernetes.io/instance=swapwise")["items"] == []
-    labels = cluster.get_json("mutatingadmissionpolicy", "swapwise-sandbox")["metadata"][
+    assert policy_cluster.get_json("mutatingwebhookconfigurations")["items"] == []
+    assert policy_cluster.get_json("deployments,services,secrets,configmaps", "-n", NAMESPACE,
+                                   "-l", "app.kubernetes.io/instance=swapwise")["items"] == []
+    labels = policy_cluster.get_json("mutatingadmissionpolicy", "swapwise-sandbox")["metadata"][
         "labels"]
     assert labels["app.kubernetes.io/managed-by"] == "Helm"
     assert labels["app.kubernetes.io/component"] == "admission-policy"
     # The same spec the renderer wrote (CEL and all), through values, templates and the API.
     rendered = yaml.safe_load(values.read_text())["admissionPolicy"]["objects"]
     for obj in rendered:
-        live = cluster.get_json(obj["kind"].lower(), obj["metadata"]["name"])["spec"]
+        live = policy_cluster.get_json(obj["kind"].lower(), obj["metadata"]["name"])["spec"]
         for field, value in obj["spec"].items():  # the API server defaults inside the rest
             if field not in ("matchConstraints", "matchResources"):
                 assert live[field] == value, (obj["metadata"]["name"], field)
 
-    cluster.create_namespace("plain")
-    cluster.create_namespace("sandboxes", {PROFILE_LABEL: "sandbox"})
+    policy_cluster.create_namespace("plain")
+    policy_cluster.create_namespace("sandboxes", {PROFILE_LABEL: "sandbox"})
 
     # The API server loads new policies asynchronously: dry runs until one is reshaped.
     def reshaped() -> Any:
-        body, stderr = create(cluster, "sandboxes", pod("probe"), "--dry-run=server")
+        body, stderr = create(policy_cluster, "sandboxes", pod("probe"), "--dry-run=server")
         return stderr if "swapwise.io/profile" in (body["metadata"].get("annotations") or {}) \
             else None
-    cluster.wait_for(reshaped, 60, what="the chart's admission policies to apply")
+    policy_cluster.wait_for(reshaped, 60, what="the chart's admission policies to apply")
 
     # kubectl create --dry-run=server explains the change: the Warn policy's message.
-    _, stderr = create(cluster, "sandboxes", pod("dry"), "--dry-run=server")
+    _, stderr = create(policy_cluster, "sandboxes", pod("dry"), "--dry-run=server")
     assert WARNING in stderr, stderr
     assert ("swapwise: needs nodes whose swap is >= 1999\u2030 of their RAM (node label "
             "swapwise.io/swap-permille, from label-nodes)") in stderr  # and the pod's need
@@ -159,8 +151,8 @@ def test_helm_install_in_admission_policy_mode_reshapes_pods_without_a_server(
 
     # Stored: what the engine gives for the pod as the API server had it before mutation
     # (the same pod, stored in a namespace that did not opt in).
-    before, _ = create(cluster, "plain", pod("app"))
-    stored, _ = create(cluster, "sandboxes", pod("app"))
+    before, _ = create(policy_cluster, "plain", pod("app"))
+    stored, _ = create(policy_cluster, "sandboxes", pod("app"))
     want = jsonpatch.apply_patch(before, mutate_pod(before, build_policy(POLICY).profiles[
         "sandbox"]).patch)
     assert comparable(stored) == comparable(want)
@@ -189,30 +181,30 @@ def test_helm_install_in_admission_policy_mode_reshapes_pods_without_a_server(
     assert stored["status"]["qosClass"] == "Burstable"
 
     # helm uninstall takes the policies away, and the mutation with them.
-    helm(cluster, "uninstall", RELEASE, "--namespace", NAMESPACE)
-    assert installed_names(cluster) == []
+    helm(policy_cluster, "uninstall", RELEASE, "--namespace", NAMESPACE)
+    assert installed_names(policy_cluster) == []
 
     def unchanged() -> Any:
-        body, stderr = create(cluster, "sandboxes", pod("after"), "--dry-run=server")
+        body, stderr = create(policy_cluster, "sandboxes", pod("after"), "--dry-run=server")
         return body if not body["metadata"].get("annotations") and not stderr else None
-    after = cluster.wait_for(unchanged, 60, what="pods unchanged after helm uninstall")
+    after = policy_cluster.wait_for(unchanged, 60, what="pods unchanged after helm uninstall")
     assert after["spec"]["containers"][0]["resources"]["requests"]["memory"] == "2Gi"
 
 
 def test_helm_install_refuses_an_api_the_cluster_does_not_serve(
-    cluster: ControlPlane, tmp_path: Path
+    policy_cluster: ControlPlane, tmp_path: Path
 ) -> None:
     """The other API rendered: v1beta1 (for 1.34/1.35) on a 1.37 that does not serve it (beta
     APIs are off by default), or v1 on a 1.34 that does not have it yet: a clear error from
     the chart, and nothing installed."""
     other = "v1" if API_VERSION == "v1beta1" else "v1beta1"
     values = render_values(tmp_path, "--api-version", other)
-    proc = helm(cluster, "install", "beta", str(CHART), "--namespace", NAMESPACE,
+    proc = helm(policy_cluster, "install", "beta", str(CHART), "--namespace", NAMESPACE,
                 "--create-namespace", "-f", str(values), check=False)
     assert proc.returncode != 0
     assert (f"this cluster does not serve admissionregistration.k8s.io/{other} "
             "MutatingAdmissionPolicy (swapwise-sandbox)") in proc.stderr, proc.stderr
     assert "--api-version v1beta1" in proc.stderr
-    assert installed_names(cluster) == []
-    assert helm(cluster, "status", "beta", "--namespace", NAMESPACE,
+    assert installed_names(policy_cluster) == []
+    assert helm(policy_cluster, "status", "beta", "--namespace", NAMESPACE,
                 check=False).returncode != 0
