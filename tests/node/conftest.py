@@ -169,20 +169,31 @@ class Labeller:
             argv += [f"--pressure-{name.replace('_', '-')}", str(value)]
         self.component = Component("label-nodes", argv, cp.workdir / "label-nodes.log")
 
-    def readable_again(self, before: float) -> float | None:
-        """When (host monotonic) the guard last got a memory PSI read again after failed
-        ones, before ``before``: a thrashing kubelet's reads time out, and the guard can
-        act only on an answer (webhook/labeller/pressure.py)."""
+    def logged(self, msg: str, before: float) -> float | None:
+        """When (host monotonic) label-nodes last logged ``msg``, at or before ``before``."""
         offset = time.time() - time.monotonic()
         found = None
         for line in self.component.log_path.read_text(errors="replace").splitlines():
             with contextlib.suppress(ValueError, KeyError, TypeError):
                 record = json.loads(line)
-                if record["msg"] == "memory PSI readable again":
+                if record["msg"] == msg:
                     at = dt.datetime.fromisoformat(record["ts"]).timestamp() - offset
                     if at <= before:
                         found = at
         return found
+
+    def readable_again(self, before: float) -> float | None:
+        """When the guard last got a memory PSI read again after failed ones, before
+        ``before``: a thrashing kubelet's reads time out, and the guard can act only on an
+        answer (webhook/labeller/pressure.py)."""
+        return self.logged("memory PSI readable again", before)
+
+    def acted(self, msg: str, seen: float) -> float:
+        """When the guard set or cleared the mark a test saw at ``seen``: its log line's
+        time. A test sees the label only when it looks, and it may look late (the recovery
+        looks after the thrash's namespace is deleted, which took 90 s in a cold run)."""
+        at = self.logged(msg, seen + 1.0)  # the log's clock is read in milliseconds
+        return min(at, seen) if at is not None else seen
 
     def get(self, path: str) -> tuple[int, str]:
         try:
