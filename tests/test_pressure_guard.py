@@ -643,6 +643,27 @@ def test_only_swap_nodes_are_read_and_a_node_is_marked_then_cleared(
     assert updated == ["keep", "mark", "clear"]  # the first: the swap label itself
 
 
+def test_every_answer_is_logged_at_debug_with_the_run_it_extends(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The real-node suite splits the guard's latency into the kubelet's and its own from
+    these lines; a failed read is no answer and logs none."""
+    async def scenario() -> None:
+        g = Guarded(FakeKubelets(swap_node("hot")))
+        await g.begin()
+        await g.step(hot=50.0)
+        await g.step(hot=55.0)
+        await g.step(hot=OSError("no route to host"))
+        await g.step(hot=5.0)
+
+    with caplog.at_level("DEBUG", logger="swapwise.labeller"):
+        asyncio.run(scenario())
+    reads = [r.__dict__ for r in caplog.records if r.getMessage() == "memory PSI read"]
+    assert [(r["node"], r["some_avg10"], r["high_for_s"], r["low_for_s"]) for r in reads] == [
+        ("hot", 50.0, 0.0, None), ("hot", 55.0, 10.0, None), ("hot", 5.0, None, 0.0)]
+    assert all(r["took_s"] == 0.0 for r in reads)  # the fake clock stands still in a read
+
+
 @pytest.mark.parametrize("failure", [
     OSError("no route to host"),
     KubeletSummaryError("HTTP 403: nodes \"hot\" is forbidden"),

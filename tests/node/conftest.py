@@ -164,23 +164,49 @@ class Labeller:
                 "--metrics-port", str(self.port), "--pressure-guard",
                 # The emulated kubelet under memory pressure answers in tens of seconds
                 # (tests/node/kubelet_prometheus.py): a read may take that long.
-                "--kubelet-timeout", "60"]
+                "--kubelet-timeout", "60",
+                # Every PSI answer logged (its sample, how long it took), so the recovery's
+                # latency can be split into the kubelet's lag and the guard's own.
+                "--log-level", "debug"]
         for name, value in GUARD.items():
             argv += [f"--pressure-{name.replace('_', '-')}", str(value)]
         self.component = Component("label-nodes", argv, cp.workdir / "label-nodes.log")
 
-    def logged(self, msg: str, before: float) -> float | None:
-        """When (host monotonic) label-nodes last logged ``msg``, at or before ``before``."""
+    def records(self, msg: str) -> list[tuple[float, dict[str, Any]]]:
+        """label-nodes' log lines with message ``msg``: (host monotonic time, record)."""
         offset = time.time() - time.monotonic()
-        found = None
+        found = []
         for line in self.component.log_path.read_text(errors="replace").splitlines():
             with contextlib.suppress(ValueError, KeyError, TypeError):
                 record = json.loads(line)
                 if record["msg"] == msg:
-                    at = dt.datetime.fromisoformat(record["ts"]).timestamp() - offset
-                    if at <= before:
-                        found = at
+                    found.append((dt.datetime.fromisoformat(record["ts"]).timestamp() - offset,
+                                  record))
         return found
+
+    def logged(self, msg: str, before: float) -> float | None:
+        """When (host monotonic) label-nodes last logged ``msg``, at or before ``before``."""
+        return max((at for at, _ in self.records(msg) if at <= before), default=None)
+
+    def answered_since(self, end: float, predicate: Any) -> tuple[float, int] | None:
+        """When the guard got the first of the kubelet's PSI answers, up to ``end``, that
+        meet ``predicate`` (on the answer's some avg10) without a break, and how many there
+        were: the evidence the guard had, as the kubelet gave it. None when the last answer
+        does not meet it."""
+        answers = [(at, float(r["some_avg10"])) for at, r in self.records("memory PSI read")
+                   if at <= end + 1.0]  # the log's clock is read in milliseconds
+        first = None
+        count = 0
+        for at, some in reversed(answers):
+            if not predicate(some):
+                break
+            first, count = at, count + 1
+        return (first, count) if first is not None else None
+
+    def slowest_answer(self, start: float, end: float) -> float:
+        """The longest a PSI answer took, in seconds, between ``start`` and ``end``."""
+        return max((float(r["took_s"]) for at, r in self.records("memory PSI read")
+                    if start <= at <= end + 1.0), default=0.0)
 
     def readable_again(self, before: float) -> float | None:
         """When the guard last got a memory PSI read again after failed ones, before

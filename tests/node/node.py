@@ -328,15 +328,25 @@ class RealNode:
         if self.qemu is None or not self.qemu.alive():
             raise ClusterError(f"the QEMU guest of {self.name} is not running\n{self.logs()}")
 
-    def wait_for(self, predicate: Any, timeout: float, what: str, interval: float = 2.0) -> Any:
-        """Poll ``predicate``; fail at once if QEMU died; logs of guest and cluster on timeout."""
+    def wait_for(self, predicate: Any, timeout: float, what: str, interval: float = 2.0,
+                 detail: Any = None) -> Any:
+        """Poll ``predicate``; fail at once if QEMU died; logs of guest and cluster on timeout,
+        after what ``detail()`` says of the state waited on, if given."""
 
         def check() -> Any:
             self.check_alive()
             return predicate()
 
-        return wait_for(check, timeout, interval, what,
-                        on_timeout=lambda: f"{self.logs()}\n{self.cp.logs(15)}")
+        def report() -> str:
+            said = ""
+            if detail is not None:
+                try:
+                    said = f"{detail()}\n"
+                except Exception as exc:  # the report must not hide the timeout
+                    said = f"(no detail: {exc})\n"
+            return f"{said}{self.logs()}\n{self.cp.logs(15)}"
+
+        return wait_for(check, timeout, interval, what, on_timeout=report)
 
     def node(self) -> dict[str, Any]:
         node: dict[str, Any] = self.cp.get_json("node", self.name)

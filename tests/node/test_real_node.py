@@ -703,6 +703,15 @@ def test_unbacked_overcommits_and_the_pressure_guard_holds_new_pods_back(
             results["pressure.thrash.guest_above_s"] = round(high[1].at - above.at, 1)
             results["pressure.thrash.first_above_after_s"] = round(marked_at - first.at, 1) \
                 if first is not None else None
+            # The same latency split at the kubelet's answers: how late its figures showed the
+            # guest's pressure, and how long the guard took from its first high answer.
+            answered = labeller.answered_since(marked_at, lambda v: v >= GUARD["mark_above"])
+            if answered is not None:
+                results["pressure.thrash.kubelet_lag_s"] = round(answered[0] - above.at, 1)
+                results["pressure.thrash.marked_after_answer_s"] = round(
+                    marked_at - answered[0], 1)
+            results["pressure.thrash.slowest_answer_s"] = labeller.slowest_answer(
+                start, marked_at)
             annotation = node.node()["metadata"]["annotations"][PRESSURE_ANNOTATION]
             assert annotation.startswith("marked:"), annotation
 
@@ -730,6 +739,15 @@ def test_unbacked_overcommits_and_the_pressure_guard_holds_new_pods_back(
         again = labeller.readable_again(cleared_at)
         seen_from = max(low[0].at, again) if again is not None else low[0].at
         results["pressure.recovery.cleared_after_evidence_s"] = round(cleared_at - seen_from, 1)
+        cleared_answers = labeller.answered_since(cleared_at,
+                                                  lambda v: v < GUARD["clear_below"])
+        assert cleared_answers is not None, "no PSI answer under the threshold before the clear"
+        results["pressure.recovery.kubelet_lag_s"] = round(cleared_answers[0] - low[0].at, 1)
+        results["pressure.recovery.cleared_after_answer_s"] = round(
+            cleared_at - cleared_answers[0], 1)
+        results["pressure.recovery.answers_under"] = cleared_answers[1]
+        results["pressure.recovery.slowest_answer_s"] = labeller.slowest_answer(
+            marked_at, cleared_at)
         results["pressure.sample_spacing_s"] = round(pressure_log.spacing(start, cleared_at), 1)
         results["pressure.thrash.samples"] = pressure_log.describe(start, cleared_at)
         late_node = node.wait_for(
@@ -745,15 +763,15 @@ def test_unbacked_overcommits_and_the_pressure_guard_holds_new_pods_back(
             with contextlib.suppress(Exception):
                 node.wait_for(lambda: PRESSURE_LABEL not in node.node()["metadata"]
                               .get("labels", {}), 300, interval=5, what="the mark to clear")
-    # Cleared within the window + 30 s of the guard having the evidence: the guest's PSI
-    # under the threshold, and the kubelet readable. The mark's latency is recorded, not
-    # asserted: the guard sees the kernel's figure through the kubelet (cadvisor's samples,
-    # 10-15 s apart on this emulated node, then the read), and with the 60 s window the mark
-    # came 89.8 s after the guest's PSI rose in the cold run of 2026-12-03: inside the
-    # window + 30 s by 0.2 s, a check that would fail on a slower day. After a stretch of
-    # reads that timed out, the first answer marks the node (1.1 s after it, the stall
-    # counter carrying the run back: webhook/labeller/pressure.py). docs/nodes.md has the runs.
-    assert results["pressure.recovery.cleared_after_evidence_s"] <= GUARD["clear_after"] + 30, \
+    # Cleared within the window + 30 s of the guard having the evidence: the first of the
+    # kubelet's answers under the threshold, in the run of them that cleared the node. The
+    # latencies from the guest kernel's own figures are recorded, not asserted: the guard
+    # sees them through the kubelet (cadvisor's samples, 10-15 s apart on this emulated node,
+    # then the read through the API server), and while the thrash's pods are being deleted
+    # the emulated kubelet's answers came late: a CI run cleared 104.5 s after the guest's
+    # PSI fell (window 60 s), the guard's own part unmeasured then; the split is in
+    # results.json (kubelet_lag_s, cleared_after_answer_s) and docs/nodes.md.
+    assert results["pressure.recovery.cleared_after_answer_s"] <= GUARD["clear_after"] + 30, \
         results
     assert results["pressure.thrash.new_pod_pending"], message
     assert results["pressure.thrash.other_pod_scheduled"], placed
@@ -802,10 +820,17 @@ def test_a_node_whose_swap_shrinks_backs_no_new_pod(
         # The pods already there: running as before, unless the restarted kubelet re-admitted
         # them after label-nodes had lowered the per-mille (a race between the two, which
         # docs/nodes.md describes): then the kubelet refused them (its NodeAffinity Event). The
-        # emulated kubelet may fail one minutes after its restart, so the pods are read
-        # before and after the audit, and the two must agree (a CI run failed one between).
+        # emulated kubelet may fail one minutes after its restart, and a refused pod passes
+        # through states that are neither (a CI run read one Running with no container
+        # status), so the pods are read before and after the audit, each must have settled
+        # (running and not refused, or finished) and the two reads must agree.
         def before_pods() -> list[dict[str, Any]]:
             return [p for p in pods(cp, namespace) if p["metadata"]["name"].startswith("before")]
+
+        def settled(pod: dict[str, Any], rejections: set[str]) -> bool:
+            if pod["status"].get("phase") in ("Failed", "Succeeded"):
+                return True
+            return running(pod) and pod["metadata"].get("uid") not in rejections
 
         def consistent() -> tuple[list[dict[str, Any]], dict[str, Any], set[str]] | None:
             old = before_pods()
@@ -814,10 +839,14 @@ def test_a_node_whose_swap_shrinks_backs_no_new_pod(
             rejections = kubelet_rejections(cp, namespace)
             same = [rejected_at_kubelet_restart(p, rejections) for p in old] == \
                 [rejected_at_kubelet_restart(p, rejections) for p in again]
-            return (again, report, rejections) if same and len(again) == len(old) else None
+            if same and len(again) == len(old) and all(settled(p, rejections) for p in again):
+                return again, report, rejections
+            return None
 
-        old, report, rejections = node.wait_for(consistent, 300, interval=5,
-                                                what="the pods' state to hold across an audit")
+        old, report, rejections = node.wait_for(
+            consistent, 300, interval=5,
+            what="the pods to settle (running, or refused and finished) across an audit",
+            detail=lambda: states(before_pods()))
         rejected = [p for p in old if rejected_at_kubelet_restart(p, rejections)]
         kept = [p for p in old if not rejected_at_kubelet_restart(p, rejections)]
         results["backing.shrunk.kept_running"] = len(kept)

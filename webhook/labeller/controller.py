@@ -361,6 +361,7 @@ class Labeller:
         async with limit:
             if not self._reads_psi(name):
                 return None
+            asked = self.clock()
             try:
                 psi = summary_memory_psi(await self.api.node_summary(name), name)
             except Exception as exc:  # unreachable, 403, not JSON, no PSI: counted, no change
@@ -374,7 +375,15 @@ class Labeller:
         self.metrics.memory_psi.labels(node=name, kind="full").set(psi.full)
         state = self.tracker(name)
         assert state is not None
-        transition = state.observe(psi, self.clock(), self.wall())
+        now = self.clock()
+        transition = state.observe(psi, now, self.wall())
+        # Each answer, for whoever must tell the kubelet's lag from the guard's (tests/node).
+        log.debug("memory PSI read", extra={
+            "node": name, "some_avg10": psi.some, "some_avg60": psi.some_avg60,
+            "sampled": psi.sampled, "took_s": round(now - asked, 3),
+            "high_for_s": None if state.high_since is None else round(now - state.high_since, 1),
+            "low_for_s": None if state.low_since is None else round(now - state.low_since, 1),
+        })
         if transition is not None:  # the reconcile loop writes it
             self.pending.add(name)
             self.wake.set()
