@@ -188,20 +188,19 @@ class Labeller:
         """When (host monotonic) label-nodes last logged ``msg``, at or before ``before``."""
         return max((at for at, _ in self.records(msg) if at <= before), default=None)
 
-    def answered_since(self, end: float, predicate: Any) -> tuple[float, int] | None:
-        """When the guard got the first of the kubelet's PSI answers, up to ``end``, that
-        meet ``predicate`` (on the answer's some avg10) without a break, and how many there
-        were: the evidence the guard had, as the kubelet gave it. None when the last answer
-        does not meet it."""
+    def answered_since(self, end: float, predicate: Any) -> list[float]:
+        """When the guard got each of the kubelet's PSI answers, up to ``end``, in the latest
+        unbroken run of answers that meet ``predicate`` (on the answer's some avg10): the
+        evidence the guard had, as the kubelet gave it. Empty when the last answer does not
+        meet it."""
         answers = [(at, float(r["some_avg10"])) for at, r in self.records("memory PSI read")
                    if at <= end + 1.0]  # the log's clock is read in milliseconds
-        first = None
-        count = 0
+        run: list[float] = []
         for at, some in reversed(answers):
             if not predicate(some):
                 break
-            first, count = at, count + 1
-        return (first, count) if first is not None else None
+            run.insert(0, at)
+        return run
 
     def slowest_answer(self, start: float, end: float) -> float:
         """The longest a PSI answer took, in seconds, between ``start`` and ``end``."""

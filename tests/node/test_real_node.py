@@ -126,6 +126,22 @@ def rejected_at_kubelet_restart(pod: dict[str, Any], rejections: set[str]) -> bo
                 or pod["metadata"].get("uid") in rejections)
 
 
+def in_time(acted: float, answers: list[float], readable_again: float | None,
+            window: float) -> tuple[float, bool]:
+    """Whether the guard marked (or cleared) in time, on the kubelet's answers: the seconds
+    from its evidence, and whether that is within ``window`` + 30 s, or no later than the
+    answer that completed the window (+5 s for the write) where the kubelet answered less
+    often than that. The evidence is the first answer of the run on the far side of the
+    threshold, or the first after reads that failed (none is logged; they may restart the
+    window: webhook/labeller/pressure.py)."""
+    start = answers[0]
+    if readable_again is not None and readable_again > start:
+        start = max(a for a in answers if a <= readable_again + 1.0)
+    took = round(acted - start, 1)
+    completing = next((a for a in answers if a - start >= window), None)
+    return took, took <= window + 30 or (completing is not None and acted <= completing + 5)
+
+
 def states(pods_: list[dict[str, Any]]) -> list[str]:
     """Each pod's phase and containers' states, short, for a failure message."""
     out = []
@@ -706,10 +722,10 @@ def test_unbacked_overcommits_and_the_pressure_guard_holds_new_pods_back(
             # The same latency split at the kubelet's answers: how late its figures showed the
             # guest's pressure, and how long the guard took from its first high answer.
             answered = labeller.answered_since(marked_at, lambda v: v >= GUARD["mark_above"])
-            if answered is not None:
-                results["pressure.thrash.kubelet_lag_s"] = round(answered[0] - above.at, 1)
-                results["pressure.thrash.marked_after_answer_s"] = round(
-                    marked_at - answered[0], 1)
+            assert answered, "no PSI answer past the threshold before the mark"
+            results["pressure.thrash.kubelet_lag_s"] = round(answered[0] - above.at, 1)
+            mark_in_time = in_time(marked_at, answered, again, GUARD["mark_after"])
+            results["pressure.thrash.marked_after_answer_s"] = mark_in_time[0]
             results["pressure.thrash.slowest_answer_s"] = labeller.slowest_answer(
                 start, marked_at)
             annotation = node.node()["metadata"]["annotations"][PRESSURE_ANNOTATION]
@@ -741,14 +757,11 @@ def test_unbacked_overcommits_and_the_pressure_guard_holds_new_pods_back(
         results["pressure.recovery.cleared_after_evidence_s"] = round(cleared_at - seen_from, 1)
         cleared_answers = labeller.answered_since(cleared_at,
                                                   lambda v: v < GUARD["clear_below"])
-        assert cleared_answers is not None, "no PSI answer under the threshold before the clear"
+        assert cleared_answers, "no PSI answer under the threshold before the clear"
         results["pressure.recovery.kubelet_lag_s"] = round(cleared_answers[0] - low[0].at, 1)
-        # Reads that failed in that run (none logged) may have restarted the window: then the
-        # evidence starts again at the answer that followed them.
-        answered_from = max(cleared_answers[0], again) if again is not None else \
-            cleared_answers[0]
-        results["pressure.recovery.cleared_after_answer_s"] = round(cleared_at - answered_from, 1)
-        results["pressure.recovery.answers_under"] = cleared_answers[1]
+        clear_in_time = in_time(cleared_at, cleared_answers, again, GUARD["clear_after"])
+        results["pressure.recovery.cleared_after_answer_s"] = clear_in_time[0]
+        results["pressure.recovery.answers_under"] = len(cleared_answers)
         results["pressure.recovery.slowest_answer_s"] = labeller.slowest_answer(
             marked_at, cleared_at)
         results["pressure.sample_spacing_s"] = round(pressure_log.spacing(start, cleared_at), 1)
@@ -766,16 +779,16 @@ def test_unbacked_overcommits_and_the_pressure_guard_holds_new_pods_back(
             with contextlib.suppress(Exception):
                 node.wait_for(lambda: PRESSURE_LABEL not in node.node()["metadata"]
                               .get("labels", {}), 300, interval=5, what="the mark to clear")
-    # Cleared within the window + 30 s of the guard having the evidence: the first of the
-    # kubelet's answers under the threshold, in the run of them that cleared the node. The
+    # The guard acts in time on what the kubelet tells it (in_time): marked and cleared
+    # within the window + 30 s of its first answer on the far side of the threshold. The
     # latencies from the guest kernel's own figures are recorded, not asserted: the guard
     # sees them through the kubelet (cadvisor's samples, 10-15 s apart on this emulated node,
-    # then the read through the API server), and while the thrash's pods are being deleted
-    # the emulated kubelet's answers came late: a CI run cleared 104.5 s after the guest's
-    # PSI fell (window 60 s), the guard's own part unmeasured then; the split is in
-    # results.json (kubelet_lag_s, cleared_after_answer_s) and docs/nodes.md.
-    assert results["pressure.recovery.cleared_after_answer_s"] <= GUARD["clear_after"] + 30, \
-        results
+    # then the read through the API server, which took up to 59 s while the thrash's pods
+    # were deleted), so they add the kubelet's lag: a CI run cleared 104.5 s after the
+    # guest's PSI fell (window 60 s); the split is in results.json (kubelet_lag_s,
+    # ..._after_answer_s) and docs/nodes.md.
+    assert mark_in_time[1], (mark_in_time, results)
+    assert clear_in_time[1], (clear_in_time, results)
     assert results["pressure.thrash.new_pod_pending"], message
     assert results["pressure.thrash.other_pod_scheduled"], placed
     assert results["pressure.thrash.evicted_by_swapwise"] == 0
