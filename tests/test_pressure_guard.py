@@ -12,6 +12,7 @@ import copy
 import dataclasses
 import datetime as dt
 import json
+import logging
 import math
 import re
 from pathlib import Path
@@ -47,6 +48,7 @@ from webhook.labeller.pressure import (
     stalled_share,
     summary_memory_psi,
 )
+from webhook.labeller.run import configure_logging
 
 DATA = Path(__file__).resolve().parent / "data"
 # The defaults: reads every 10 s, mark >= 40 % for 60 s, clear < 10 % for 120 s.
@@ -662,6 +664,23 @@ def test_every_answer_is_logged_at_debug_with_the_run_it_extends(
     assert [(r["node"], r["some_avg10"], r["high_for_s"], r["low_for_s"]) for r in reads] == [
         ("hot", 50.0, 0.0, None), ("hot", 55.0, 10.0, None), ("hot", 5.0, None, 0.0)]
     assert all(r["took_s"] == 0.0 for r in reads)  # the fake clock stands still in a read
+
+
+def test_at_debug_the_guards_lines_are_logged_and_the_http_clients_trace_is_not() -> None:
+    root = logging.getLogger()
+    saved = (root.level, list(root.handlers),
+             {n: logging.getLogger(n).level for n in ("httpx2", "httpcore2")})
+    try:
+        configure_logging("debug")
+        assert logging.getLogger("swapwise.labeller").isEnabledFor(logging.DEBUG)
+        assert not logging.getLogger("httpcore2.http11").isEnabledFor(logging.INFO)
+        assert not logging.getLogger("httpx2").isEnabledFor(logging.INFO)
+        assert logging.getLogger("httpcore2.http11").isEnabledFor(logging.WARNING)
+    finally:
+        root.setLevel(saved[0])
+        root.handlers[:] = saved[1]
+        for name, level in saved[2].items():
+            logging.getLogger(name).setLevel(level)
 
 
 @pytest.mark.parametrize("failure", [

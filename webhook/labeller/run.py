@@ -114,8 +114,15 @@ async def _main(options: LabellerOptions) -> None:
     await run_labeller(options, stop)
 
 
+def configure_logging(level: str) -> None:
+    """swapwise's lines at ``level``; the HTTP client's only from WARNING. One INFO line per
+    request (lease renewals every retry period) drowns the log, and at debug the transport's
+    trace, eight lines a request, was nine tenths of it."""
+    configure(level)
+    for name in ("httpx2", "httpcore2"):
+        logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))
+
+
 def serve(options: LabellerOptions) -> None:
-    configure(options.log_level)
-    # One INFO line per HTTP request (lease renewals every retry period) drowns the log.
-    logging.getLogger("httpx2").setLevel(max(logging.WARNING, logging.getLogger().level))
+    configure_logging(options.log_level)
     asyncio.run(_main(options))
