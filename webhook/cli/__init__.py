@@ -16,9 +16,11 @@ from webhook.cli import (
     preview,
     render_cmd,
     serve,
+    tune,
 )
 
-COMMANDS = (serve, preview, plan, audit, policy_cmd, render_cmd, certs_cmd, label_nodes)
+COMMANDS = (serve, preview, plan, audit, policy_cmd, render_cmd, certs_cmd, label_nodes,
+            tune)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,138 @@
+"""``swapwise tune`` against a real Prometheus (3.16, built from Go modules) holding an hour of
+kube-state-metrics and cAdvisor series, backfilled with ``promtool tsdb create-blocks-from
+openmetrics`` (tests/support/tune_history.py says what the pods did). Every query runs in
+Prometheus' own engine: the window, the restart, the NaN, the joins on the pod's labels.
+
+The same command against the real node's kubelet and a real kube-state-metrics is
+tests/node/test_real_node.py's (``make node-e2e``).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e.cluster import swapwise_executable
+from tests.monitoring.prom import Prometheus, ensure
+from tests.support import tune_history
+
+pytestmark = pytest.mark.e2e
+
+POLICY = {
+    "apiVersion": "swapwise.io/v1alpha1", "kind": "SwapPolicy",
+    "profiles": {"calm": {"swapRatio": 2}, "hot": {"requestRatio": 0.25}, "thin": {}},
+    "namespaces": {"ci-heavy": {"requestRatio": 0.75}},
+}
+
+
+def backfilled(workdir: Path, history: str) -> Path:
+    """A TSDB holding ``history`` (OpenMetrics text), where Prometheus looks for it."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    source = workdir / "history.om"
+    source.write_text(history)
+    subprocess.run([str(ensure("promtool")), "tsdb", "create-blocks-from", "openmetrics",
+                    str(source), str(workdir / "data")], check=True, capture_output=True,
+                   timeout=120)
+    return workdir
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
+    # The hour ends a minute ago: the query's window (now - 1h) sees all but its first minute.
+    workdir = backfilled(tmp_path_factory.mktemp("tune-prometheus"),
+                         tune_history.openmetrics(int(time.time()) - 60))
+    with Prometheus(workdir, []) as prom:
+        yield prom
+
+
+@pytest.fixture(scope="module")
+def policy_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("tune-policy") / "policy.yaml"
+    path.write_text(yaml.safe_dump(POLICY))
+    return path
+
+
+def tune(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([swapwise_executable(), "tune", "--prometheus", url, "--window",
+                           "1h", "--step", "1m", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def report(url: str, policy_file: Path) -> dict[str, dict[str, Any]]:
+    proc = tune(url, "--policy", str(policy_file), "-o", "json")
+    assert proc.returncode == 0, proc.stderr
+    return {r["profile"]: r for r in json.loads(proc.stdout)["recommendations"]}
+
+
+def test_each_profile_gets_its_verdict_from_what_its_pods_did(
+    prometheus: Prometheus, policy_file: Path,
+) -> None:
+    found = report(prometheus.url, policy_file)
+    assert {name: r["action"] for name, r in found.items()} == {
+        "calm": "raise", "hot": "lower", "thin": "insufficient-data"}
+    calm, hot = found["calm"], found["hot"]
+    # The evidence is what the pods did (tune_history), as Prometheus' engine computed it.
+    assert calm["evidence"]["pods"] == 4 and calm["evidence"]["in_overridden_namespaces"] == 1
+    assert hot["evidence"]["pods"] == 4 and found["thin"]["evidence"]["pods"] == 1
+    assert calm["evidence"]["stall_share_p95"] == pytest.approx(0.005, abs=0.002)
+    # hot-0 restarted halfway: its counter began again at 0, its share is still 30 %.
+    assert hot["evidence"]["stall_share_p50"] == pytest.approx(0.30, abs=0.02)
+    assert hot["evidence"]["stall_share_p95"] == pytest.approx(0.30, abs=0.02)
+    shares = [tune_history.above_request_share(p) for p in tune_history.pods()
+              if p.profile == "hot"]
+    assert hot["evidence"]["above_request_share"] == pytest.approx(
+        sum(shares) / len(shares), abs=0.05)
+    pods = {p.name: p for p in tune_history.pods()}
+    highest = max(p.working_set[1] * tune_history.MI / p.request
+                  for p in pods.values() if p.profile == "calm" and p.namespace == "calm-a")
+    assert calm["evidence"]["working_set_over_request_max"] == pytest.approx(highest, rel=0.02)
+    assert calm["evidence"]["swap_max_bytes"] == 100 * tune_history.MI  # the NaN left out
+    assert calm["evidence"]["observed_request_ratio"] == pytest.approx(1 / 3, abs=0.001)
+    # The directions: a raise asks less of each pod, a lower more.
+    assert calm["recommended"]["requestRatio"] < calm["requestRatio"]
+    assert hot["recommended"]["requestRatio"] > hot["requestRatio"]
+
+
+def test_the_yaml_is_a_policy_change_in_each_profiles_own_knob(
+    prometheus: Prometheus, policy_file: Path,
+) -> None:
+    proc = tune(prometheus.url, "--policy", str(policy_file), "-o", "yaml")
+    assert proc.returncode == 0, proc.stderr
+    patch = yaml.safe_load(proc.stdout)
+    assert set(patch["profiles"]["calm"]) == {"swapRatio"}
+    assert set(patch["profiles"]["hot"]) == {"requestRatio"}
+    assert "thin" not in patch["profiles"]
+    assert "# thin: insufficient-data" in proc.stdout
+
+
+def test_an_empty_prometheus_names_every_missing_source(tmp_path: Path) -> None:
+    with Prometheus(tmp_path, []) as empty:
+        proc = tune(empty.url)
+    assert proc.returncode == 1
+    for metric in ("kube_pod_container_resource_requests", "kube_pod_annotations",
+                   "container_memory_working_set_bytes",
+                   "container_pressure_memory_waiting_seconds_total"):
+        assert f"  {metric}: " in proc.stderr, proc.stderr
+
+
+def test_kube_state_metrics_without_the_allowlist_is_named(tmp_path: Path) -> None:
+    """kube-state-metrics exports ``kube_pod_annotations`` without annotation labels unless
+    they are allow-listed: the one thing to fix is said, alone."""
+    history = tune_history.openmetrics(int(time.time()) - 60)
+    lines = [line.split("{")[0] + "{" + ",".join(
+        part for part in line.split("{", 1)[1].split("}")[0].split(",")
+        if not part.startswith(tune_history.PROFILE_LABEL)) + "}" + line.split("}", 1)[1]
+        if line.startswith("kube_pod_annotations{") else line
+        for line in history.splitlines()]
+    with Prometheus(backfilled(tmp_path, "\n".join(lines) + "\n"), []) as prom:
+        proc = tune(prom.url)
+    assert proc.returncode == 1
+    assert "kube_pod_annotations: " in proc.stderr and "allowlist" in proc.stderr
+    assert "container_memory_working_set_bytes" not in proc.stderr, proc.stderr
