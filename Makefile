@@ -5,7 +5,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 
 .PHONY: run test lint unit compat e2e e2e-1.37 e2e-smoke-1.37 control-plane control-plane-1.34 \
-	control-plane-1.37 unit-tools prometheus vpa helm4 image node node-parts node-e2e demo bench \
+	control-plane-1.37 unit-tools prometheus vpa kube-state-metrics helm4 image node node-parts node-e2e demo bench \
 	clean admission-policy-golden
 
 # The dev venv runs the newest uvicorn, Starlette and FastAPI pyproject.toml allows, pinned by
@@ -41,7 +41,7 @@ test: venv
 	@hack/stage build-unit $(MAKE) --no-print-directory unit-tools
 	@hack/stage --background unit $(MAKE) --no-print-directory unit
 	@hack/stage build-1.34 $(MAKE) --no-print-directory control-plane-1.34
-	@hack/stage build-tools $(MAKE) --no-print-directory prometheus vpa
+	@hack/stage build-tools $(MAKE) --no-print-directory prometheus vpa kube-state-metrics
 	@hack/stage --wait node-parts
 	@hack/stage --background node $(MAKE) --no-print-directory node
 	@hack/stage --wait unit
@@ -144,6 +144,12 @@ prometheus:
 vpa:
 	tests/e2e/build-vpa.sh
 
+## kube-state-metrics from Go modules (tests/e2e/gomod/kube-state-metrics), cached under
+## ~/.cache/swapwise/kube-state-metrics: the real-node suite's `swapwise tune` reads the pods'
+## memory requests and profile annotations from it, as users' clusters export them.
+kube-state-metrics:
+	tests/e2e/build-kube-state-metrics.sh
+
 ## The container image from the Dockerfile, without a Docker daemon (buildah), as an OCI
 ## archive: build/swapwise-image.tar. LOCAL_BASE=1 builds FROM a Debian-made equivalent of
 ## the pinned python base image, for machines that cannot pull from Docker Hub.
@@ -165,8 +171,9 @@ node: control-plane-1.34
 	hack/build-image.sh --local-base
 
 ## Real-node scenarios, inside a network namespace of their own; figures in build/node-e2e/.
-## Prometheus is built first: the density scenario scrapes the kubelet with it, offline.
-node-e2e: venv node prometheus
+## Prometheus and kube-state-metrics are built first: the density and tune scenarios scrape the
+## kubelet and the API server with them, offline.
+node-e2e: venv node prometheus kube-state-metrics
 	SWAPWISE_NODE_E2E=1 unshare --net -- $(BIN)/pytest --durations=0 tests/node
 
 ## A local control plane + swapwise installed by Helm + a dry-run preview of an example pod.

@@ -106,6 +106,11 @@ class Prometheus:
         except OSError:
             return False
 
+    @property
+    def url(self) -> str:
+        """The base URL, as a user passes it to ``swapwise tune --prometheus``."""
+        return f"http://127.0.0.1:{self.port}"
+
     def api(self, path: str, **params: str) -> Any:
         url = f"http://127.0.0.1:{self.port}/api/v1/{path}?{urllib.parse.urlencode(params)}"
         with urllib.request.urlopen(url, timeout=10) as r:

@@ -1,24 +1,31 @@
-"""A Prometheus that scrapes the real node's kubelet the way docs/monitoring.md tells users to.
+"""A Prometheus that scrapes the real node's kubelet the way docs/monitoring.md tells users to,
+and a kube-state-metrics as users' clusters run it (``swapwise tune`` reads both).
 
-The scrape job and the ClusterRole are read from the doc's `prometheus-kubelet.yaml` and
+The scrape jobs and the ClusterRole are read from the doc's `prometheus-kubelet.yaml` and
 `prometheus-kubelet-rbac.yaml` blocks, so what users copy is what ran here. Three
 substitutions, two because this Prometheus runs outside the cluster (no service-account
 files), one because the node is emulated:
 
 - discovery (`kubernetes_sd_configs`) reads a kubeconfig instead of the in-cluster config;
 - the scrape authenticates with a client certificate instead of a service-account token;
-- the scrape timeout is 60 s (and the interval with it): under memory pressure the emulated
-  node's kubelet took 38 s to answer `/metrics/resource` (measured with curl), where a real
-  node answers in well under the default 10 s.
+- `/metrics/resource` is scraped every 60 s with a 60 s timeout: under memory pressure the
+  emulated node's kubelet took 38 s to answer it (measured with curl), where a real node
+  answers in well under the default 10 s. `/metrics/cadvisor` (served from cAdvisor's cache)
+  keeps the documented 15 s, so that ``tune`` has samples within minutes.
 
 Both use one identity, a user bound only to the documented ClusterRole: discovery proves the
 role's `nodes` list/watch, and the kubelet (webhook authorization) asks the API server whether
-that user may `get` `nodes/metrics` on every scrape.
+that user may `get` `nodes/metrics` on every scrape. kube-state-metrics runs on loopback with
+the admin kubeconfig, its pods' annotations allow-listed as docs/monitoring.md says.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,24 +33,74 @@ from typing import Any
 
 import yaml
 
-from tests.e2e.cluster import ControlPlane
+from tests.e2e.cluster import Component, ControlPlane, free_port, wait_for
 from tests.monitoring.prom import Prometheus, queries
 from tests.support.docs import load
+from webhook.engine.pod import PROFILE_ANNOTATION
+
+REPO = Path(__file__).resolve().parents[2]
 
 USER = "swapwise-e2e-prometheus"
 DOC = "docs/monitoring.md"
-SLOW_NODE = "60s"  # scrape interval and timeout for the emulated node (see the top)
+SLOW_NODE = "60s"  # /metrics/resource's interval and timeout on the emulated node (the top)
+RESOURCE_JOB = "kubelet-resource"
+KSM_BUILD = REPO / "tests" / "e2e" / "build-kube-state-metrics.sh"
 # The panel over the per-container figures: the kubelet takes those from the runtime's CRI
 # stats, and containerd 1.6 (the harness's) reports them as 0, so `limit > 0` leaves nothing.
 PER_CONTAINER_PANEL = "Container swap use of its limit (top 10)"
 
 
-def documented() -> tuple[dict[str, Any], str]:
-    """The doc's kubelet scrape job and its RBAC manifest, as written."""
+def documented() -> tuple[list[dict[str, Any]], str]:
+    """The doc's kubelet scrape jobs and their RBAC manifest, as written."""
     files = load(DOC).files
     jobs = yaml.safe_load(files["prometheus-kubelet.yaml"])["scrape_configs"]
-    assert len(jobs) == 1, jobs
-    return jobs[0], files["prometheus-kubelet-rbac.yaml"]
+    assert [j["metrics_path"] for j in jobs] == ["/metrics/resource", "/metrics/cadvisor"], jobs
+    return jobs, files["prometheus-kubelet-rbac.yaml"]
+
+
+def ksm_version() -> str:
+    gomod = (REPO / "tests" / "e2e" / "gomod" / "kube-state-metrics" / "go.mod").read_text()
+    match = re.search(r"^require k8s.io/kube-state-metrics/v2 v(\S+)$", gomod, re.M)
+    assert match, "tests/e2e/gomod/kube-state-metrics/go.mod names no version"
+    return match[1]
+
+
+def ksm_binary() -> Path:
+    """kube-state-metrics, built first when missing or stale (the script checks its stamp)."""
+    default = Path.home() / ".cache/swapwise/kube-state-metrics" / ksm_version() / "bin"
+    path = Path(os.environ.get("SWAPWISE_KSM_BIN", default)) / "kube-state-metrics"
+    proc = subprocess.run([str(KSM_BUILD)], capture_output=True, text=True, timeout=3600,
+                          check=False)
+    if proc.returncode != 0 or not path.is_file():
+        raise RuntimeError(f"{KSM_BUILD} failed:\n{proc.stdout[-2000:]}{proc.stderr[-4000:]}")
+    return path
+
+
+@contextmanager
+def kube_state_metrics(cp: ControlPlane, workdir: Path) -> Iterator[int]:
+    """kube-state-metrics over pods, with the profile annotation allow-listed; its port."""
+    port, telemetry = free_port(), free_port()
+    component = Component("kube-state-metrics", [
+        str(ksm_binary()), f"--kubeconfig={cp.kubeconfig}", "--resources=pods",
+        f"--metric-annotations-allowlist=pods=[{PROFILE_ANNOTATION}]",
+        "--host=127.0.0.1", f"--port={port}",
+        "--telemetry-host=127.0.0.1", f"--telemetry-port={telemetry}",
+    ], workdir / "kube-state-metrics.log")
+    component.start()
+
+    def ready() -> bool:
+        component.check_alive()
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+    try:
+        wait_for(ready, 120, what="kube-state-metrics /readyz", on_timeout=component.tail)
+        yield port
+    finally:
+        component.stop()
 
 
 def kubelet_queries() -> list[tuple[str, str]]:
@@ -63,8 +120,9 @@ def _kubeconfig(cp: ControlPlane, crt: Path, key: Path, path: Path) -> Path:
 
 @contextmanager
 def kubelet_prometheus(cp: ControlPlane, workdir: Path) -> Iterator[Prometheus]:
-    """Prometheus scraping every node's ``/metrics/resource`` with the documented job."""
-    job, rbac = documented()
+    """Prometheus scraping every node's ``/metrics/resource`` and ``/metrics/cadvisor`` with
+    the documented jobs, and a kube-state-metrics."""
+    jobs, rbac = documented()
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "rbac.yaml").write_text(rbac)
     cp.kubectl("apply", "-f", str(workdir / "rbac.yaml"))
@@ -72,13 +130,22 @@ def kubelet_prometheus(cp: ControlPlane, workdir: Path) -> Iterator[Prometheus]:
     cp.kubectl("create", "clusterrolebinding", role, f"--clusterrole={role}", f"--user={USER}")
     crt, key = cp.issue_client_cert("prometheus", USER)
 
-    [discovery] = job["kubernetes_sd_configs"]
-    discovery["kubeconfig_file"] = str(_kubeconfig(cp, crt, key, workdir / "kubeconfig"))
-    del job["authorization"]
-    job["tls_config"] |= {"cert_file": str(crt), "key_file": str(key)}
-    job["scrape_interval"] = job["scrape_timeout"] = SLOW_NODE
+    kubeconfig = str(_kubeconfig(cp, crt, key, workdir / "kubeconfig"))
+    for job in jobs:
+        [discovery] = job["kubernetes_sd_configs"]
+        discovery["kubeconfig_file"] = kubeconfig
+        del job["authorization"]
+        job["tls_config"] |= {"cert_file": str(crt), "key_file": str(key)}
+        if job["job_name"] == RESOURCE_JOB:
+            job["scrape_interval"] = job["scrape_timeout"] = SLOW_NODE
+        else:
+            job["scrape_timeout"] = job["scrape_interval"]
     try:
-        with Prometheus(workdir, [job], scrape_interval=SLOW_NODE) as prom:
+        with (kube_state_metrics(cp, workdir) as ksm_port,
+              Prometheus(workdir, [*jobs, {
+                  "job_name": "kube-state-metrics", "scrape_interval": "15s",
+                  "static_configs": [{"targets": [f"127.0.0.1:{ksm_port}"]}]}],
+                  scrape_interval=SLOW_NODE) as prom):
             yield prom
     finally:
         cp.kubectl("delete", "clusterrolebinding", role, "--ignore-not-found")
@@ -91,7 +158,8 @@ def swap_figures(prom: Prometheus, node: str, namespace: str) -> dict[str, Any]:
     def values(expr: str) -> list[float]:
         return [float(r["value"][1]) for r in prom.query(expr)]
 
-    [target] = prom.api("targets")["activeTargets"]
+    [target] = [t for t in prom.api("targets")["activeTargets"]
+                if t["labels"].get("job") == RESOURCE_JOB]
     return {
         "target_health": target["health"],
         "target_node": target["labels"].get("node"),
