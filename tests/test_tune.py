@@ -205,6 +205,14 @@ def test_pressed_but_not_stalling_keeps() -> None:
     found = decide("p", THIRD, "swapRatio",
                    evidence(stall_share_p95=tuning.STALLING - 0.001, stall_peak_p95=0.2))
     assert found.action == "keep"
+    assert "too little to act on" in found.reasons[0]
+
+
+def test_pods_that_ran_with_smaller_requests_than_the_profile_gives_now_are_not_judged() -> None:
+    # They ran at a tenth of the limit; the profile now asks for two thirds.
+    found = decide("p", Fraction(2, 3), "requestRatio", evidence(observed_request_ratio=0.1))
+    assert found.action == "keep"
+    assert "judge again" in found.reasons[0]
 
 
 def test_calm_and_roomy_raises() -> None:

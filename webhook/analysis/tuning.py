@@ -214,6 +214,11 @@ def decide(name: str, current: Fraction, knob: Knob, evidence: Evidence,
                                "little (consider leaving them out with podSelector)")
             return Recommendation(name, "lower", knob, current, target, tuple(reasons),
                                   evidence)
+        return Recommendation(name, "keep", knob, current, None, (
+            f"hot memory exceeded the request ({facts}), but the pods ran with smaller "
+            f"requests than the profile gives now (request/limit {float(base):.2f} against "
+            f"{float(current):.2f}): judge again once they run with the current policy",),
+            evidence)
     if stall >= STALLING:
         return Recommendation(name, "keep", knob, current, None, (
             f"stalls while the working set stays within the request ({facts}): memory is "
@@ -226,6 +231,9 @@ def decide(name: str, current: Fraction, knob: Knob, evidence: Evidence,
                 f"hot memory stays well within the request: {facts}; a higher swapRatio "
                 "packs more pods: check with `swapwise plan` that the nodes' swap backs "
                 "them",), evidence)
+    if stall >= CALM or peak >= CALM_PEAK:
+        return Recommendation(name, "keep", knob, current, None, (
+            f"some waiting for memory, too little to act on: {facts}",), evidence)
     return Recommendation(name, "keep", knob, current, None, (
         f"the request fits the hot memory: {facts}",), evidence)
 
