@@ -295,18 +295,20 @@ def plan(node_shape_: dict[str, int], profile: str, node_workdir: Path) -> dict[
 # `swapwise tune` over the scenarios' own minutes: the cadvisor job scrapes every 15 s, so six
 # samples a container come within two minutes, and a rate over 1 m has four (users keep the
 # defaults: 10 samples, 5m steps and rates, over days).
-TUNE_ARGS = ("--min-samples", "6", "--step", "15s", "--rate-interval", "1m")
+TUNE_RATE_SECONDS = 60
+TUNE_ARGS = ("--min-samples", "6", "--step", "15s", "--rate-interval", f"{TUNE_RATE_SECONDS}s")
 
 
 def tune(cp: ControlPlane, prom: Prometheus, since: float, output: str = "json",
          save: str | None = None) -> str:
     """``swapwise tune`` against the suite's Prometheus with the chart's policy, over the
-    time since ``since`` (a monotonic time); Prometheus' answers saved as build/node-e2e/
-    tune-``save``.json (tests/test_tune.py reads a copy)."""
+    time since ``since`` (a monotonic time) but its first rate interval: each stall share is
+    a rate over the interval before its step, so none reaches back before ``since`` (the
+    pods' start-up). Prometheus' answers saved as build/node-e2e/tune-``save``.json."""
     policy = cp.get_json("configmap", f"{RELEASE}-policy", "-n", NAMESPACE)["data"]["policy.yaml"]
     policy_file = cp.workdir / "tune-policy.yaml"
     policy_file.write_text(policy)
-    window = f"{math.ceil(time.monotonic() - since)}s"
+    window = f"{max(15, math.ceil(time.monotonic() - since) - TUNE_RATE_SECONDS)}s"
     proc = subprocess.run([swapwise_executable(), "tune", "--prometheus", prom.url,
                            "--policy", str(policy_file), "--window", window,
                            *TUNE_ARGS, "-o", output,
