@@ -91,7 +91,9 @@ def kube_state_metrics(cp: ControlPlane, workdir: Path) -> Iterator[int]:
     def ready() -> bool:
         component.check_alive()
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
+            # /readyz is on the telemetry port: OK once it has gathered its own metrics.
+            with urllib.request.urlopen(f"http://127.0.0.1:{telemetry}/readyz",
+                                        timeout=2) as r:
                 return bool(r.status == 200)
         except OSError:
             return False
