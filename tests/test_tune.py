@@ -208,6 +208,13 @@ def test_pressed_but_not_stalling_keeps() -> None:
     assert "too little to act on" in found.reasons[0]
 
 
+def test_a_working_set_above_the_request_without_waiting_keeps_and_says_why() -> None:
+    found = decide("p", THIRD, "swapRatio", evidence(
+        working_set_over_request_p95=1.35, stall_share_p95=0.0, stall_peak_p95=0.0))
+    assert found.action == "keep"
+    assert "RAM to spare" in found.reasons[0]
+
+
 def test_pods_that_ran_with_smaller_requests_than_the_profile_gives_now_are_not_judged() -> None:
     # They ran at a tenth of the limit; the profile now asks for two thirds.
     found = decide("p", Fraction(2, 3), "requestRatio", evidence(observed_request_ratio=0.1))

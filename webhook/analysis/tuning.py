@@ -234,6 +234,10 @@ def decide(name: str, current: Fraction, knob: Knob, evidence: Evidence,
     if stall >= CALM or peak >= CALM_PEAK:
         return Recommendation(name, "keep", knob, current, None, (
             f"some waiting for memory, too little to act on: {facts}",), evidence)
+    if ratio > 1:
+        return Recommendation(name, "keep", knob, current, None, (
+            f"the working set exceeds the request but the pods do not wait for memory "
+            f"({facts}): the nodes have RAM to spare and keep cold pages resident",), evidence)
     return Recommendation(name, "keep", knob, current, None, (
         f"the request fits the hot memory: {facts}",), evidence)
 
