@@ -171,6 +171,17 @@ def test_recorded_profiles_get_the_documented_verdicts() -> None:
     assert thin.action == "insufficient-data" and thin.recommended_request_ratio is None
 
 
+def test_the_real_nodes_calm_pods_are_kept() -> None:
+    """The density run's 19 pods (tests/node, 2026-12-05): hot sets within the requests, the
+    working set above them while the node had RAM to spare, no waiting: keep."""
+    policy = load_policy(DATA / "node-policy.yaml")
+    found = by_profile(recommend(containers(recorded("node-calm.json")["figures"]), policy,
+                                 {}, min_samples=6))
+    sandbox = found["sandbox"]
+    assert sandbox.action == "keep" and sandbox.evidence.pods == 19
+    assert "RAM to spare" in sandbox.reasons[0]
+
+
 def evidence(**figures: Any) -> Evidence:
     base = dict(pods=10, containers=10, samples_median=100, working_set_over_request_p95=1.0,
                 above_request_share=0.5, stall_share_p95=0.3, stall_peak_p95=0.4,
