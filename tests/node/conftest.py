@@ -54,11 +54,8 @@ GVISOR = os.environ.get("SWAPWISE_NODE_GVISOR") == "1"
 # Backing is said explicitly: the chart turns it off where the profile does not decide and the
 # chart runs no labeller (here label-nodes runs beside it, fixture `labeller`).
 BACKED = {"placement": {"swapBacking": "required"}}
-# "tuned" starts as "sandbox" does; the tune scenario replaces its ratio by what `swapwise
-# tune` recommends, as a user would, and runs the same pods again.
 PROFILES: dict[str, Any] = {
     "sandbox": {"swapRatio": 2, **BACKED},
-    "tuned": {"swapRatio": 2, **BACKED},
     "aggressive": {"requestRatio": 0.1, **BACKED},
     "unbacked": {"requestRatio": 0.1, "placement": {"swapBacking": "off"}},
 }

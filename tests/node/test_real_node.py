@@ -434,19 +434,16 @@ def check_swap_limits(node: RealNode, shape: dict[str, int], results: dict[str, 
 class Run:
     """One density run: its namespace, pod count and what was observed."""
 
-    def __init__(self, node: RealNode, namespace: str, profile: str | None, count: int,
-                 cold_mib: int = COLD_MIB, hot_mib: int = HOT_MIB) -> None:
+    def __init__(self, node: RealNode, namespace: str, profile: str | None, count: int) -> None:
         self.node, self.cp = node, node.cp
         self.namespace, self.profile, self.count = namespace, profile, count
-        self.cold_mib, self.hot_mib = cold_mib, hot_mib
         self.placed = self.refused = 0
         self.oom_start = 0
 
     def start(self) -> None:
         create_namespace(self.cp, self.namespace, self.profile)
         self.oom_start = guest_oom_kills(self.node)
-        items = [sandbox_pod(f"sandbox-{i:02d}", self.namespace, self.cold_mib, self.hot_mib)
-                 for i in range(self.count)]
+        items = [sandbox_pod(f"sandbox-{i:02d}", self.namespace) for i in range(self.count)]
         self.cp.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
         self.placed, self.refused = placement(self.cp, self.namespace, self.count, self.node)
 
@@ -682,89 +679,6 @@ def test_density_triples_without_oom_kills(
     assert not panels_without_data, panels_without_data
     assert per_container_series == [], per_container_series
     assert scraped["rules_health"] == ["ok"], scraped
-
-
-# The hot sandbox: the same 256Mi limit, but 110 MiB it keeps touching. As many as swapRatio 2
-# packs (19 on this node) need ~2.2 GiB resident where the node has ~1.7 GiB for pods: their
-# hot pages go to swap and come back, and they wait for them.
-TUNED_COLD_MIB, TUNED_HOT_MIB = 40, 110
-
-
-def previewed_request(cp: ControlPlane, namespace: str) -> int:
-    """The memory request a server-side dry run of the sandbox pod gets in ``namespace``."""
-    pod = sandbox_pod("preview", namespace, TUNED_COLD_MIB, TUNED_HOT_MIB)
-    out = cp.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
-                     input=json.dumps(pod)).stdout
-    return parse_bytes(json.loads(out)["spec"]["containers"][0]["resources"]["requests"]["memory"])
-
-
-def pressure_marked(node: RealNode) -> bool:
-    return PRESSURE_LABEL in (node.node()["metadata"].get("labels") or {})
-
-
-def test_tune_lowers_the_ratio_where_hot_memory_exceeds_the_requests(
-    node: RealNode, swapwise: Installation, labeller: Labeller, pressure_log: PressureLog,
-    density_plan: dict[str, Any], results: dict[str, Any],
-) -> None:
-    """``swapwise tune`` on pods whose hot sets exceed their requests recommends a lower
-    swapRatio; merged into the chart's policy as its YAML says, the same pods then run with
-    memory pressure under the pressure guard's threshold."""
-    shape = node_shape(node)
-    before = density_plan["tuned"]["containers"][0]["after"]["request"]
-    with kubelet_prometheus(node.cp, node.workdir / "prometheus-tune") as prom:
-        count = shape["allocatable"] // before
-        with Run(node, "tune-hot", "tuned", count, TUNED_COLD_MIB, TUNED_HOT_MIB) as hot:
-            results["tune.hot.placed"] = hot.placed
-            node.wait_for(lambda: all(running(p) for p in hot.placed_pods()), 900,
-                          what="the hot pods Running", detail=hot.progress)
-            running_from = time.monotonic()
-            hot_tune = tuned(node, prom, running_from, "tuned", 900, "hot")
-            patch = yaml.safe_load(tune(node.cp, prom, running_from, "yaml"))
-            results["tune.hot.max_some_avg10"] = pressure_log.max_some(running_from)
-            results["tune.hot.oom_kills"] = hot.counts()["oom_kills"]
-        results["tune.hot.recommendation"] = hot_tune["action"]
-        results["tune.hot.swap_ratio"] = recommended_swap_ratio(hot_tune)
-        results["tune.hot.evidence"] = hot_tune["evidence"]
-    assert hot_tune["action"] == "lower", hot_tune
-    assert hot_tune["evidence"]["pods"] == hot.placed, hot_tune
-    # The YAML came from a run a little later (a longer window): its value may differ a
-    # little from the JSON's, not in direction; it names the profile's own knob, alone.
-    assert list(patch["profiles"]) == ["tuned"], patch
-    assert list(patch["profiles"]["tuned"]) == ["swapRatio"], patch
-    applied_ratio = patch["profiles"]["tuned"]["swapRatio"]
-    results["tune.hot.applied_swap_ratio"] = applied_ratio
-    assert applied_ratio < PROFILES["tuned"]["swapRatio"], patch
-
-    # Applied as a user would: the YAML merged into the chart's policy, the release upgraded.
-    profiles = dict(swapwise.values["policy"]["profiles"])
-    profiles["tuned"] = {**profiles["tuned"], **patch["profiles"]["tuned"]}
-    swapwise.upgrade(policy={"profiles": profiles})
-    swapwise.write_mounts()  # the served policy file, as the kubelet updates a ConfigMap mount
-    create_namespace(node.cp, "tune-preview", "tuned")
-    try:
-        after = node.wait_for(lambda: (r := previewed_request(node.cp, "tune-preview")) != before
-                              and r, 120, what="the tuned policy served")
-    finally:
-        node.cp.kubectl("delete", "namespace", "tune-preview", "--wait=false")
-    results["tune.hot.request_before_bytes"] = before
-    results["tune.hot.request_after_bytes"] = after
-    # The hot run thrashed the node: the guard keeps reshaped pods off it until it clears.
-    node.wait_for(lambda: not pressure_marked(node), 900, what="the pressure guard to clear",
-                  detail=lambda: pressure_log.describe(running_from))
-    with Run(node, "tune-applied", "tuned", shape["allocatable"] // after + 2, TUNED_COLD_MIB,
-             TUNED_HOT_MIB) as applied:
-        results["tune.hot.applied_placed"] = applied.placed
-        applied.wait_all_working(1200)
-        calm_from = time.monotonic()
-        worst = applied.observe(HOLD_SECONDS)
-        results["tune.hot.applied_max_some_avg10"] = pressure_log.max_some(calm_from)
-        results["tune.hot.applied_marked"] = pressure_log.marked_between(calm_from)
-        results["tune.hot.applied_oom_kills"] = worst["oom_kills"]
-    assert after > before
-    assert results["tune.hot.applied_max_some_avg10"] < GUARD["mark_above"], \
-        pressure_log.describe(calm_from)
-    assert results["tune.hot.applied_marked"] is False, pressure_log.describe(calm_from)
-    assert worst["oom_kills"] == 0 and worst["running"] == applied.placed, worst
 
 
 def test_unbacked_pods_are_refused_the_node(
