@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from tests.e2e.cluster import swapwise_executable
-from tests.monitoring.prom import Prometheus, ensure
+from tests.monitoring.prom import Prometheus, ensure, queries
 from tests.support import tune_history
 
 pytestmark = pytest.mark.e2e
@@ -136,3 +136,28 @@ def test_kube_state_metrics_without_the_allowlist_is_named(tmp_path: Path) -> No
     assert proc.returncode == 1
     assert "kube_pod_annotations: " in proc.stderr and "allowlist" in proc.stderr
     assert "container_memory_working_set_bytes" not in proc.stderr, proc.stderr
+
+
+def test_the_dashboards_tune_panel_shows_each_profiles_hot_memory(prometheus: Prometheus) -> None:
+    """The dashboard's panel reads the same two sources as ``tune``: per profile, the 95th
+    percentile of working set over request, and of the share of time spent waiting."""
+    targets = [expr for title, expr in queries() if title.endswith("(swapwise tune)")]
+    assert len(targets) == 2
+    # At the history's last sample, as a dashboard would show it while the pods run.
+    [last] = prometheus.query("max(timestamp(kube_pod_annotations))")
+    over_request, waiting = (
+        {r["metric"]["annotation_swapwise_io_profile"]: float(r["value"][1])
+         for r in prometheus.api("query", query=expr, time=last["value"][1])["result"]}
+        for expr in targets)
+    pods = [p for p in tune_history.pods() if p.profile]
+    assert set(over_request) == set(waiting) == {p.profile for p in pods}
+    # Each pod's working set moves within its range; the panel's now is one of its samples.
+    for profile in ("calm", "hot"):
+        ranges = [(p.working_set[0] * tune_history.MI / p.request,
+                   p.working_set[1] * tune_history.MI / p.request)
+                  for p in pods if p.profile == profile and p.namespace != "ci-heavy"]
+        low, high = min(r[0] for r in ranges), max(r[1] for r in ranges)
+        assert low - 0.01 <= over_request[profile] <= high + 0.01, (profile, over_request)
+    assert over_request["hot"] > 1 > over_request["calm"]
+    assert waiting["hot"] == pytest.approx(0.30, abs=0.02)
+    assert waiting["calm"] == pytest.approx(0.005, abs=0.002)
