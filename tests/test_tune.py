@@ -414,6 +414,14 @@ def test_saved_answers_are_what_the_decision_rests_on(
     assert json.loads(saved.read_text())["figures"] == recorded("backfill.json")["figures"]
 
 
+def test_answers_that_cannot_be_saved_fail_naming_the_file(
+    prometheus: type[Recorded], capsys: pytest.CaptureFixture[str], tmp_path: Path,
+) -> None:
+    saved = tmp_path / "no-such-dir" / "answers.json"
+    assert main(tune(prometheus, "--policy", str(POLICY), "--save-answers", str(saved))) == 1
+    assert f"--save-answers {saved}: No such file or directory" in capsys.readouterr().err
+
+
 def test_a_missing_source_fails_naming_it(
     prometheus: type[Recorded], capsys: pytest.CaptureFixture[str],
 ) -> None:

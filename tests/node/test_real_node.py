@@ -308,6 +308,7 @@ def tune(cp: ControlPlane, prom: Prometheus, since: float, output: str = "json",
     policy = cp.get_json("configmap", f"{RELEASE}-policy", "-n", NAMESPACE)["data"]["policy.yaml"]
     policy_file = cp.workdir / "tune-policy.yaml"
     policy_file.write_text(policy)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)  # a fresh clone has no build/
     window = f"{max(15, math.ceil(time.monotonic() - since) - TUNE_RATE_SECONDS)}s"
     proc = subprocess.run([swapwise_executable(), "tune", "--prometheus", prom.url,
                            "--policy", str(policy_file), "--window", window,

@@ -163,7 +163,7 @@ def save(path: str, answers: dict[str, Any], header: dict[str, Any]) -> None:
     try:
         Path(path).write_text(json.dumps(header | answers, indent=1) + "\n")
     except OSError as exc:
-        raise CommandError(f"--save-answers: {exc.strerror or exc}") from None
+        raise CommandError(f"--save-answers {path}: {exc.strerror or exc}") from None
 
 
 def run(args: argparse.Namespace) -> int:
