@@ -22,7 +22,13 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.cluster import PROFILE_LABEL, SWAP_LABEL, ControlPlane, swapwise_executable
+from tests.e2e.cluster import (
+    PROFILE_LABEL,
+    SWAP_LABEL,
+    ClusterError,
+    ControlPlane,
+    swapwise_executable,
+)
 from tests.e2e.install import NAMESPACE, RELEASE, Installation
 from tests.monitoring.prom import Prometheus
 from tests.node.conftest import GUARD, GUARD_LAG, PROFILES, RESULTS, Labeller
@@ -316,6 +322,9 @@ def tune(cp: ControlPlane, prom: Prometheus, since: float, output: str = "json",
                            *(["--save-answers", str(RESULTS.parent / f"tune-{save}.json")]
                              if save else [])],
                           capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0 and "are not all in Prometheus" not in proc.stderr:
+        # Only missing samples get better by waiting; any other failure ends the wait.
+        raise ClusterError(f"swapwise tune failed: {proc.stderr}")
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
