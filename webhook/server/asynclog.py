@@ -20,17 +20,19 @@ fixed 1,000 admissions/s did not get worse; on a CPU shared with busy processes 
 waited longer for it: BENCHMARKS.md.)
 
 At low rates even that hand-off is most of what a line costs: a batch of one or two lines
-still woke the writer thread (a futex, two context switches, a GIL hand-off) and armed a
-loop timer that woke the loop once more. So when there is little to write, the event loop
-writes the lines itself, once per pass of the loop (a ``call_soon`` callback after the
-pass's I/O), in one ``write(2)``: when the writer thread has nothing queued (so the order
-holds), the pass gathered at most :data:`DIRECT_BYTES`, the output is a pipe with room for
-them or something else whose last direct write did not stall, and no direct write stalled
-(took over :data:`STALL_SECONDS`) in the last :data:`STALL_BACKOFF` seconds. A pipe with
-room cannot block a write; a file in the page cache rarely does, and one that did sends
-the lines through the thread for a while. Otherwise, batches go to the thread as above.
-(Measured behind kube-apiserver: futex calls and context switches per admission against
-the floor, BENCHMARKS.md.)
+still woke the writer thread (a futex, two context switches, a GIL hand-off). So when there
+is little to write, the event loop writes the lines itself, in one ``write(2)``, from a
+loop timer :data:`DIRECT_SECONDS` after the first of them: when the writer thread has
+nothing queued (so the order holds), at most :data:`DIRECT_BYTES` gathered, the output is
+a pipe with room for them or something else whose last direct write did not stall, and no
+direct write stalled (took over :data:`STALL_SECONDS`) in the last :data:`STALL_BACKOFF`
+seconds. A pipe with room cannot block a write; a file in the page cache rarely does, and
+one that did sends the lines through the thread for a while. Otherwise, batches go to the
+thread as above. Writing once per pass of the loop instead cost one ``write(2)`` per
+admission at the rates an API server sends (a pass holds one), a sixth of the loop's time
+behind kube-apiserver; gathered, it is one per batch. At a very low rate a batch is one
+line and the timer wakes the loop once more for it, which costs less than the write it
+would have shared. (Measured behind kube-apiserver: BENCHMARKS.md.)
 
 The queue is bounded (the loop holds at most one batch): if the writer
 cannot keep up, lines are dropped (and counted on stderr) rather than admissions delayed.
@@ -63,7 +65,9 @@ QUEUE_SIZE = 10_000
 # How long admission lines gather on the event loop before they go to the writer: the
 # most a line waits before it is written (stop() writes everything at once).
 BATCH_SECONDS = 0.02
-# Written by the event loop itself (see the top): at most this much per pass of the loop,
+# Written by the event loop itself (see the top): what gathered over this long after a line,
+DIRECT_SECONDS = 0.1
+# at most this much,
 DIRECT_BYTES = 16 * 1024
 # and not for STALL_BACKOFF seconds after a direct write took longer than STALL_SECONDS.
 STALL_SECONDS = 0.005
@@ -191,7 +195,7 @@ def _direct_ok(size: int) -> bool:
 
 
 def _write_pass() -> None:
-    """End of a loop pass: write what it logged, here if little, else through the thread."""
+    """Write what gathered: here if little, else through the thread."""
     _Held.timer = None
     lines = _Held.lines
     size = sum(map(len, lines)) + len(lines)
@@ -303,7 +307,7 @@ def info(logger: logging.Logger, msg: str, fields: dict[str, Any]) -> None:
     _Held.lines.append(line)
     if _Held.timer is None or _Held.loop is not loop:  # (a new loop: the old timer is dead)
         _Held.loop = loop
-        if _direct_ok(len(line) + 1):  # little to write: at the end of this pass
-            _Held.timer = loop.call_soon(_write_pass)
+        if _direct_ok(len(line) + 1):  # little to write: gathered, then written here
+            _Held.timer = loop.call_later(DIRECT_SECONDS, _write_pass)
         else:
             _Held.timer = loop.call_later(BATCH_SECONDS, _release)
