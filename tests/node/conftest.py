@@ -56,6 +56,9 @@ GVISOR = os.environ.get("SWAPWISE_NODE_GVISOR") == "1"
 BACKED = {"placement": {"swapBacking": "required"}}
 PROFILES: dict[str, Any] = {
     "sandbox": {"swapRatio": 2, **BACKED},
+    # "tuned" starts as "sandbox" does; the tune scenario replaces its ratio by what `swapwise
+    # tune` recommends, as a user would, and runs the same pods again.
+    "tuned": {"swapRatio": 2, **BACKED},
     "aggressive": {"requestRatio": 0.1, **BACKED},
     "unbacked": {"requestRatio": 0.1, "placement": {"swapBacking": "off"}},
 }
