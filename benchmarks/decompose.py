@@ -32,6 +32,8 @@ import subprocess
 import tarfile
 from pathlib import Path
 
+from benchmarks.floor import UID
+
 REPO = Path(__file__).resolve().parents[1]
 APP = Path("webhook/server/app.py")
 
@@ -60,8 +62,8 @@ CUTS: dict[str, tuple[str, str]] = {
         return answer.status, answer.content'''),
     "parse": (RESPOND, FIRST_ANSWER + '''        uid = parse_review(parse_body(body))["uid"]
         return 200, head + uid.encode() + tail'''),
-    "stack": (RESPOND, FIRST_ANSWER + '''        import re
-        found = re.search(rb'"uid"\\s*:\\s*"([^"]*)"', body)  # as benchmarks/floor.py
+    "stack": (RESPOND, FIRST_ANSWER + f'''        import re
+        found = re.search({UID.pattern!r}, body)  # benchmarks/floor.py's UID
         return 200, head + (found.group(1) if found else b"") + tail'''),
 }
 

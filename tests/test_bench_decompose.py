@@ -55,28 +55,31 @@ def probe(tree: Path) -> dict[str, object]:
 
 
 @pytest.fixture(scope="module")
-def trees(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def trees(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path]]:
+    """The uncut package of HEAD, and the copies cut from it."""
     if subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"],
                       capture_output=True).returncode != 0:
         pytest.skip("not a git checkout")  # the copies are cut from a revision
     out = tmp_path_factory.mktemp("decompose")
     extract("HEAD", out / "full")  # the revision the copies are cut from, uncut
-    return {"full": out / "full", **write_trees(out)}
+    return out / "full", write_trees(out)
 
 
-def test_every_copy_answers_with_the_full_servers_bytes(trees: dict[str, Path]) -> None:
-    full = probe(trees.pop("full"))
+def test_every_copy_answers_with_the_full_servers_bytes(
+        trees: tuple[Path, dict[str, Path]]) -> None:
+    uncut, copies = trees
+    full = probe(uncut)
     answers = full["answers"]
     assert isinstance(answers, list)
     assert [status for status, _ in answers] == [200, 200]
     assert '"patch"' in answers[0][1]  # the benchmark's pod is reshaped
     assert "11111111" in answers[0][1] and "22222222" in answers[1][1]
     assert full["counted"] == 2 and full["logged"] == ["admission", "admission"]
-    assert list(trees) == list(CUTS)
+    assert list(copies) == list(CUTS)
     expected = {  # what each copy still counts and logs
         "metrics": (2, []), "decide": (0, []), "parse": (0, []), "stack": (0, []),
     }
-    for name, tree in trees.items():
+    for name, tree in copies.items():
         cut = probe(tree)
         assert cut["answers"] == answers, name
         assert (cut["counted"], cut["logged"]) == expected[name], name
