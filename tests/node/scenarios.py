@@ -37,6 +37,8 @@ RESULTS = REPO / os.environ.get("SWAPWISE_NODE_RESULTS", "build/node-e2e/results
 BACKED = {"placement": {"swapBacking": "required"}}
 PROFILES: dict[str, Any] = {
     "sandbox": {"swapRatio": 2, **BACKED},
+    # 2x: the wake-up benchmark's middle density (bench/test_wakeup.py).
+    "double": {"swapRatio": 1, **BACKED},
     # "tuned" starts as "sandbox" does; the hot tune benchmark replaces its ratio by what
     # `swapwise tune` recommends, as a user would, and runs the same pods again.
     "tuned": {"swapRatio": 2, **BACKED},
@@ -61,7 +63,7 @@ HOLD_SECONDS = 120  # "stay Running for at least 2 minutes"
 
 def sandbox_pod(name: str, namespace: str, cold_mib: int = COLD_MIB, hot_mib: int = HOT_MIB,
                 tick: str | None = None, cpu_limit: bool = True,
-                listen: int | None = None) -> dict[str, Any]:
+                listen: int | None = None, fill: float | None = None) -> dict[str, Any]:
     """The sandbox, memory request == limit (what swapwise reshapes). With ``cpu_limit`` it is
     Guaranteed; without, it asks for 50m and may use any CPU that is free (Burstable).
     ``listen``: the node port its ``GET /wake`` answers on (tests/node/wakeup.py)."""
@@ -70,6 +72,8 @@ def sandbox_pod(name: str, namespace: str, cold_mib: int = COLD_MIB, hot_mib: in
     args = ["sandbox", "-cold-mib", str(cold_mib), "-hot-mib", str(hot_mib)]
     if listen is not None:
         args += ["-listen", f":{listen}"]
+    if fill is not None:  # pages that compress as real memory does (zram)
+        args += ["-fill", str(fill)]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
