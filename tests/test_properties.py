@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support.engine_check import apply
-from tests.support.engine_tables import NO_PRESSURE, PERMILLE, PRESSURE, REQUIRED
+from tests.support.engine_tables import NO_MARKS, PERMILLE, REQUIRED
 from tests.support.strategies import pods, profiles, required_affinity
 from webhook.base.quantity import MI, parse_bytes
 from webhook.engine.backing import container_need
@@ -123,8 +123,8 @@ def _on_key(term: Any) -> list[Any]:
     return [e for e in (term or {}).get("matchExpressions") or [] if e.get("key") == PERMILLE]
 
 
-def _pressure_entries(term: Any) -> list[Any]:
-    return [e for e in (term or {}).get("matchExpressions") or [] if e.get("key") == PRESSURE]
+def _pressure_entries(term: Any, key: str) -> list[Any]:
+    return [e for e in (term or {}).get("matchExpressions") or [] if e.get("key") == key]
 
 
 @settings(max_examples=1000, deadline=None)
@@ -132,9 +132,10 @@ def _pressure_entries(term: Any) -> list[Any]:
        required=st.booleans())
 def test_pressure_entry(pod: dict[str, Any], profile: Profile, affinity: dict[str, Any] | None,
                         required: bool) -> None:
-    """docs/rules.md "The memory-pressure mark": a pod that gets required placement ends with
-    swapwise's DoesNotExist in every required term, added once to a term that lacks it; the
-    user's entries on the key stay as they were; no other pod gains or loses one."""
+    """docs/rules.md "The pressure marks": a pod that gets required placement ends with
+    swapwise's DoesNotExist on each mark's key in every required term, added once to a term
+    that lacks it; the user's entries on the key stay as they were; no other pod gains or
+    loses one."""
     if affinity is not None:
         pod["spec"]["affinity"] = affinity
     if required:
@@ -146,16 +147,18 @@ def test_pressure_entry(pod: dict[str, Any], profile: Profile, affinity: dict[st
     placed = (mutation.skipped is None and profile.placement.mode == "required"
               and not pod["spec"].get("nodeName") and not owned
               and uses_swap(PodView.parse(result), []))
-    if not placed:
-        assert [_pressure_entries(t) for t in after][:len(before)] == \
-            [_pressure_entries(t) for t in before]
-        assert len(after) == len(before)
-        return
-    assert after and (len(after) == len(before) or not before)
-    for index, term in enumerate(after):
-        entries = _pressure_entries(term)
-        earlier = _pressure_entries(before[index]) if before else []
-        if NO_PRESSURE in earlier:  # there already: the term's entries on the key unchanged
-            assert entries == earlier
-        else:  # added once, after the user's own entries on the key
-            assert entries == [*earlier, NO_PRESSURE]
+    for ours in NO_MARKS:
+        key = ours["key"]
+        if not placed:
+            assert [_pressure_entries(t, key) for t in after][:len(before)] == \
+                [_pressure_entries(t, key) for t in before]
+            assert len(after) == len(before)
+            continue
+        assert after and (len(after) == len(before) or not before)
+        for index, term in enumerate(after):
+            entries = _pressure_entries(term, key)
+            earlier = _pressure_entries(before[index], key) if before else []
+            if ours in earlier:  # there already: the term's entries on the key unchanged
+                assert entries == earlier
+            else:  # added once, after the user's own entries on the key
+                assert entries == [*earlier, ours]

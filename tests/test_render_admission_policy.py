@@ -21,7 +21,7 @@ from tests.support.server_proc import SWAPWISE
 from webhook.engine import warnings as warnings_module
 from webhook.engine.backing import PERMILLE_LABEL, container_need
 from webhook.engine.mutate import backing_warning
-from webhook.engine.pressure import PRESSURE_LABEL
+from webhook.engine.pressure import MARKS
 from webhook.policy import Policy, build_policy, default_policy
 from webhook.profile import LabelSelector, Profile
 from webhook.render.admission_policy import (
@@ -258,18 +258,19 @@ def test_namespace_override_of_swap_backing_renders_its_own_policy() -> None:
 def test_pressure_entry_is_rendered_only_with_required_placement(
     placement: dict[str, Any], guarded: bool
 ) -> None:
-    """docs/rules.md "The memory-pressure mark": required placement adds the entry (with an
-    empty nodeSelector and without backing too), checked per term by key and operator;
+    """docs/rules.md "The pressure marks": required placement adds an entry per mark (with
+    an empty nodeSelector and without backing too), checked per term by key and operator;
     preferred and none never do. Its effect on pods: tests/e2e/test_admission_policy.py."""
     mutating, _, validating, _ = render_admission_policies(policy({"p": {"placement":
                                                                            placement}}))
     core = _variables(mutating)["core"]
-    entry = f'{{"key": dyn({json.dumps(PRESSURE_LABEL)}), "operator": dyn("DoesNotExist")}}'
-    assert (entry in core) is guarded
-    # the "already there" test of a term compares the key and the operator, not values
-    present = f"e.key == {json.dumps(PRESSURE_LABEL)} && e.operator == \"DoesNotExist\")"
-    assert (present in core) is guarded
-    assert PRESSURE_LABEL not in json.dumps(validating)  # no warning of its own
+    for mark in MARKS:
+        entry = f'{{"key": dyn({json.dumps(mark.key)}), "operator": dyn("DoesNotExist")}}'
+        assert (entry in core) is guarded
+        # the "already there" test of a term compares the key and the operator, not values
+        present = f"e.key == {json.dumps(mark.key)} && e.operator == \"DoesNotExist\")"
+        assert (present in core) is guarded
+        assert mark.key not in json.dumps(validating)  # no warning of its own
 
 
 @pytest.mark.parametrize("count", [0, 1, 16, 17, 18, 40])

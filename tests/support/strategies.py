@@ -58,6 +58,7 @@ def container(draw: st.DrawFn, name: str, init: bool = False) -> dict[str, Any]:
 
 PERMILLE = "swapwise.io/swap-permille"
 PRESSURE = "swapwise.io/memory-pressure"
+CPU_PRESSURE = "swapwise.io/cpu-pressure"
 
 expression = st.one_of(
     st.fixed_dictionaries({
@@ -78,13 +79,13 @@ expression = st.one_of(
         "operator": st.sampled_from(["In", "NotIn", "Lt"]),
         "values": st.sampled_from([["1500"], ["5000"]]),
     }),
-    # the memory-pressure key: swapwise's own entry (DoesNotExist) and the user's (the rest)
+    # the pressure keys: swapwise's own entry (DoesNotExist) and the user's (the rest)
     st.fixed_dictionaries({
-        "key": st.just(PRESSURE),
+        "key": st.sampled_from([PRESSURE, CPU_PRESSURE]),
         "operator": st.sampled_from(["DoesNotExist", "DoesNotExist", "Exists"]),
     }),
     st.fixed_dictionaries({
-        "key": st.just(PRESSURE),
+        "key": st.sampled_from([PRESSURE, CPU_PRESSURE]),
         "operator": st.sampled_from(["In", "NotIn"]),
         "values": st.just(["true"]),
     }),
