@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from webhook.base.cel import cel_string as q
 from webhook.base.quantity import _FORMAT_BINARY, _FORMAT_DECIMAL, INT64_SAFE, MI, format_bytes
 from webhook.engine.annotations import (
     RECORDED_LIMIT,
@@ -31,7 +32,6 @@ from webhook.engine.annotations import (
     cel_recorded,
 )
 from webhook.engine.backing import PERMILLE_LABEL, container_need
-from webhook.engine.cel import cel_string as q
 from webhook.engine.mutate import BACKING_WARNING
 from webhook.engine.placement import (
     MAX_DIGITS,
