@@ -1,13 +1,16 @@
-"""CEL text shared by the contract modules and ``webhook/render``: string literals.
+"""CEL text: string and JSON literals, for the CEL twins of swapwise's rules.
 
-The engine decides in Python; the rendered admission policies decide the same in CEL. The
-modules that own a contract (annotations, placement, warnings, selection) give its CEL form
-beside its Python one, and build their literals here, as render does.
+The engine decides in Python; the rendered admission policies (``webhook/render``) decide
+the same in CEL. Each rule's CEL form sits beside its Python one, in the module that owns
+the rule (quantities here in ``base``, the profile's pod selector, the engine's
+calculators), so a change to a rule shows both forms in one file; they build their
+literals here, as the renderer does.
 """
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 
 def cel_string(text: str) -> str:
@@ -31,3 +34,19 @@ def cel_string(text: str) -> str:
             out.append(f"\\U{code:08x}")
     out.append('"')
     return "".join(out)
+
+
+def cel_literal(value: Any) -> str:
+    """A CEL literal for a JSON value; members wrapped in dyn() so mixed maps type-check."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return cel_string(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{cel_string(k)}: dyn({cel_literal(v)})"
+                               for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(f"dyn({cel_literal(v)})" for v in value) + "]"
+    raise TypeError(f"no CEL literal for {value!r}")
