@@ -13,7 +13,7 @@ import uvloop
 from webhook.base.logs import configure
 from webhook.server import asynclog
 from webhook.server.options import ServeOptions
-from webhook.server.run import serve_socket
+from webhook.server.process import serve_socket
 from webhook.server.workers import Supervisor
 
 
