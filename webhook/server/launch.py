@@ -1,7 +1,9 @@
-"""``swapwise serve``: one process, or a supervisor of ``--workers`` processes.
+"""``swapwise serve``: bind the socket, then launch one process or a supervisor of
+``--workers`` processes.
 
-The choice sits here, above both run.py (one process) and workers.py (the supervisor,
-whose workers each run what run.py runs), so that neither needs the other's caller.
+The choice sits here, above both process.py (one serving process) and workers.py (the
+supervisor, whose workers each run what process.py runs), so that neither needs the
+other's caller.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """One serving process: the app on uvicorn over TLS, with hot reload and graceful shutdown.
 
-The socket it serves is bound by main.py (a single process and every ``--workers`` worker
+The socket it serves is bound by launch.py (a single process and every ``--workers`` worker
 serve the same kind of pre-bound socket); the uvicorn server itself, with its connection
 guards and TLS handshake timeout, comes from uvicorn_internals.py.
 """
