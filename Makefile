@@ -55,7 +55,7 @@ test: venv
 	@hack/stage --summary
 
 lint: venv
-	$(BIN)/ruff check webhook tests benchmarks
+	$(BIN)/ruff check webhook tests benchmarks testkit conftest.py
 	$(BIN)/mypy
 
 ## Everything but the e2e and real-node tests: no control plane, a few minutes.
@@ -77,7 +77,7 @@ unit-tools:
 ## checks through the oldest server. The newest versions (constraints/newest.txt) are what
 ## the dev venv runs every test on.
 COMPAT := build/compat
-COMPAT_TESTS := tests/test_server.py tests/test_routes.py $(filter-out \
+COMPAT_TESTS := tests/server/test_server.py tests/server/test_routes.py $(filter-out \
   tests/reliability/test_fuzz.py tests/reliability/test_pod_field_types.py, \
   $(wildcard tests/reliability/test_*.py))
 compat: venv $(COMPAT)/oldest/.installed

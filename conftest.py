@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-BASETEMP_ROOT = Path(__file__).resolve().parent.parent / "build" / "pytest"
+BASETEMP_ROOT = Path(__file__).resolve().parent / "build" / "pytest"
 _OWN_BASETEMP = pytest.StashKey[Path]()
 
 

@@ -20,7 +20,7 @@ ASGIApp = Callable[[MutableMapping[str, Any], Receive, Send], Awaitable[None]]
 
 def scope(method: str, target: str, body_length: int | None) -> dict[str, Any]:
     """The scope uvicorn builds for ``target`` (a path, and maybe a query) with the headers
-    kube-apiserver sends (tests/support/payloads.py), in its order."""
+    kube-apiserver sends (testkit/payloads.py), in its order."""
     path, _, query = target.partition("?")
     headers = [(b"host", b"swapwise.swapwise.svc:443"),
                (b"user-agent", b"kube-apiserver-admission")]

@@ -17,7 +17,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 DOCS = ("README.md", "charts/swapwise/README.md", "docs/guide.md", "certs/README.md")
 REGISTRY = "registry.example"  # stands for the user's REGISTRY
 
@@ -127,7 +127,7 @@ def missing_output(expected: tuple[str, ...], stdout: str, stderr: str) -> list[
 
 # -- rules: where each command runs ---------------------------------------------------------
 
-LOCAL = "local"      # tests/test_docs.py: in a scratch copy of the checkout, with the dev server
+LOCAL = "local"      # tests/docs/test_docs.py: in a scratch copy of the checkout, dev server
 CLUSTER = "cluster"  # tests/e2e/test_docs.py: against a fresh local control plane
 NEVER = "never"      # not run; the reason says why
 
@@ -143,7 +143,7 @@ RULES = (
     Rule(r"make run", LOCAL),
     Rule(r"make test", NEVER, "it is the suite this test belongs to"),
     Rule(r"make (unit|lint|e2e)", NEVER, "parts of the suite this test belongs to"),
-    Rule(r"make help", NEVER, "prints the Makefile's documented targets (tests/test_cli.py)"),
+    Rule(r"make help", NEVER, "prints the Makefile's documented targets (tests/cli/test_cli.py)"),
     Rule(r"curl -s --cacert certs/ca\.crt https://localhost:8443/\S+ -d .*", LOCAL),
     Rule(r"\.venv/bin/swapwise (preview|plan|policy check|certs|render admission-policy) .*",
          LOCAL),
@@ -168,7 +168,7 @@ def rule_for(command: Command) -> Rule:
         if re.fullmatch(rule.pattern, command.words, re.DOTALL):
             return rule
     raise LookupError(f"{command.doc}:{command.line}: no rule says how to test "
-                      f"{command.words!r}; add one to tests/support/docs.py")
+                      f"{command.words!r}; add one to testkit/docs.py")
 
 
 def commands(where: str) -> list[Command]:

@@ -18,7 +18,9 @@ ALLOWED_PREFIXES = (
 )
 
 
-def _allowed(path: str) -> bool:
+def path_allowed(path: str) -> bool:
+    """May the engine's patch touch ``path`` (memory resources, resizePolicy, placement,
+    its annotations)?"""
     parts = path.split("/")
     if len(parts) >= 4 and parts[1] == "spec" and parts[2] in ("containers", "initContainers"):
         return len(parts) >= 5 and parts[4] in ("resources", "resizePolicy")
@@ -59,7 +61,7 @@ def apply(pod: dict[str, Any], profile: Profile, **kwargs: Any) -> tuple[dict[st
     mutation = mutate_pod(pod, profile, **kwargs)
     assert pod == original, "the engine must not modify its input"
     for op in mutation.patch:
-        assert _allowed(op["path"]), f"patch touches {op['path']}"
+        assert path_allowed(op["path"]), f"patch touches {op['path']}"
     result = jsonpatch.apply_patch(pod, mutation.patch)
     assert strip_memory(result) == strip_memory(original), "something besides memory changed"
     for message in mutation.warnings:

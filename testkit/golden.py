@@ -3,7 +3,7 @@ the rendering they were recorded under, and how a pod is compared with what the 
 stored.
 
 Recorded from a real kube-apiserver by tests/e2e/record_cel_golden.py
-(``make admission-policy-golden``); checked by tests/test_admission_policy_golden.py.
+(``make admission-policy-golden``); checked by tests/render/test_admission_policy_golden.py.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from typing import Any
 
 from webhook.base.quantity import parse_quantity
 
-GOLDEN = Path(__file__).resolve().parents[1] / "data" / "admission-policy-golden.json"
+GOLDEN = (Path(__file__).resolve().parents[1] / "tests" / "data"
+          / "admission-policy-golden.json")
 
 
 def rendered_digest(objects: list[dict[str, Any]]) -> str:

@@ -1,7 +1,7 @@
 """AdmissionReviews and requests as kube-apiserver sends them, for benchmarks and load tests.
 
 What the API server sends a webhook (captured from kube-apiserver 1.34 by
-benchmarks/capture.py, kept in tests/data/captured/):
+benchmarks/capture.py, kept in benchmarks/data/captured/):
 
 - ``POST /mutate/<profile>?timeout=<timeoutSeconds>s``: it always appends the webhook's
   timeout as a query (10 s is the API's default, the chart sets 5 s);
@@ -13,7 +13,7 @@ benchmarks/capture.py, kept in tests/data/captured/):
   termination message paths, ...), with its ``managedFields`` and an empty ``status``.
 
 So the size of a request, and the JSON parse and serialize cost, match production rather
-than a toy pod. tests/test_bench_payloads.py checks the generated review against the
+than a toy pod. benchmarks/tests/test_payloads.py checks the generated review against the
 captured one.
 """
 

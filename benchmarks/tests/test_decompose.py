@@ -14,7 +14,7 @@ import pytest
 
 from benchmarks.decompose import APP, CUTS, cut, extract, write_trees
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # Run with the copy's package first on the path: two admissions of the benchmark's pod
 # with different uids, what each answered, whether it counted and whether it logged.
@@ -24,7 +24,7 @@ PROBE = textwrap.dedent(
     sys.path[:0] = [sys.argv[1], sys.argv[2]]
     import webhook
     from benchmarks.common import build_app
-    from tests.support import payloads
+    from testkit import payloads
 
     lines = []
     handler = logging.Handler()

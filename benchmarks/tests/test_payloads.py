@@ -1,6 +1,6 @@
 """The benchmarks send what kube-apiserver sends: checked against a captured call.
 
-tests/data/captured/ holds what kube-apiserver 1.34 sent a webhook for the benchmarks'
+benchmarks/data/captured/ holds what kube-apiserver 1.34 sent a webhook for the benchmarks'
 4-container pod created by kubectl (benchmarks/capture.py). The generated review of the
 same pod, by the same client, must be the same bytes once the per-call values (uid, the
 token volume's random suffix, the managedFields time, the client's credential) are set
@@ -13,9 +13,9 @@ import json
 import re
 from pathlib import Path
 
-from tests.support import payloads
+from testkit import payloads
 
-CAPTURED = Path(__file__).with_name("data") / "captured"
+CAPTURED = Path(__file__).resolve().parents[1] / "data" / "captured"
 
 
 def test_generated_review_is_what_the_api_server_sends() -> None:

@@ -9,7 +9,7 @@ from typing import Any, get_args
 
 import pytest
 
-from tests.support.pods import container, guaranteed, pod, review
+from testkit.pods import container, guaranteed, pod, review
 from webhook.admission import OUTCOMES, Decision, Outcome, decide
 from webhook.policy import build_policy, default_policy
 

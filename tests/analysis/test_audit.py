@@ -12,7 +12,7 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from tests.test_cli import swapwise
+from tests.cli.test_cli import swapwise
 from webhook.analysis.audit import Cluster, Finding, audit, label_permille, original_pod
 from webhook.cli import build_parser
 from webhook.engine import mutate_pod

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support.engine_tables import backing_warning
-from tests.test_cli import swapwise
+from testkit.engine_tables import backing_warning
+from tests.cli.test_cli import swapwise
 from webhook.analysis.hpa import memory_utilisation_metrics, utilisation_warnings
 
 GI, MI = 1024**3, 1024**2

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support.engine_check import apply
+from testkit.engine_check import apply
 from webhook.analysis.overhead import (
     NO_OVERHEAD,
     Overhead,

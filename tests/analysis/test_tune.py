@@ -2,7 +2,7 @@
 
 ``tests/data/tune/backfill.json`` is what a real Prometheus (3.16, tests/e2e/test_tune.py's
 set-up) answered ``tune --save-answers`` over an hour of kube-state-metrics and cAdvisor
-series (tests/support/tune_history.py): calm, hot and thin profiles, a pod in a namespace that
+series (testkit/tune_history.py): calm, hot and thin profiles, a pod in a namespace that
 overrides its profile, a pod without the annotation, a NaN swap sample and a container that
 restarted (its PSI counter from 0). ``node-*.json`` are the real swap node's answers
 (tests/node, ``make node-e2e``). The real Prometheus itself is tests/e2e/test_tune.py's.
@@ -37,7 +37,7 @@ from webhook.analysis.usage import (
 from webhook.cli import main
 from webhook.policy import build_policy, load_policy
 
-DATA = Path(__file__).parent / "data" / "tune"
+DATA = Path(__file__).parents[1] / "data" / "tune"
 POLICY = DATA / "policy.yaml"
 
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from tests.support.quantity_grammar import cases
+from testkit.quantity_grammar import cases
 from webhook.base.quantity import (
     MAX_INT64,
     QuantityError,
@@ -79,7 +79,7 @@ def test_ceil_mi() -> None:
 
 # --- the Kubernetes grammar, exactly -----------------------------------------------------
 
-TABLE = json.loads((Path(__file__).parent / "data" / "quantity_table.json").read_text())
+TABLE = json.loads((Path(__file__).parents[1] / "data" / "quantity_table.json").read_text())
 EXPECTED = {text: (ok, value) for text, ok, value in TABLE}
 
 

@@ -17,9 +17,9 @@ import pytest
 import yaml
 from cryptography import x509
 
-from tests.support.server_proc import SWAPWISE, free_port
+from testkit.server_proc import SWAPWISE, free_port
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 SWAP = "feature.node.kubernetes.io/memory-swap"
 

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support import docs
-from tests.support.server_proc import free_port
+from testkit import docs
+from testkit.server_proc import free_port
 
 LINKED = (".venv", "examples", "charts", "Makefile")
 

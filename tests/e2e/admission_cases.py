@@ -3,7 +3,7 @@ equivalence test (tests/e2e/test_admission_policy.py) and the recorder of the un
 golden outputs (tests/e2e/record_cel_golden.py): the same pods, profiles and requests.
 
 A case is a (pod, profile) of the engine's table tests (tests/engine, recorded by
-tests/e2e/engine_cases.py) or drawn by the project's strategies (tests/support/strategies.py),
+tests/e2e/engine_cases.py) or drawn by the project's strategies (testkit/strategies.py),
 the same on every run.
 """
 
@@ -24,6 +24,8 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from testkit.profile_spec import profile_fields
+from testkit.strategies import pods, profiles
 from tests.e2e.cluster import (
     DEFAULT_LINE,
     ControlPlane,
@@ -32,8 +34,6 @@ from tests.e2e.cluster import (
     skip_unless_e2e,
 )
 from tests.e2e.engine_cases import table_cases
-from tests.support.profile_spec import profile_fields
-from tests.support.strategies import pods, profiles
 from webhook.profile import Profile
 
 # The session's line (make test: 1.34, where MutatingAdmissionPolicy is v1beta1 behind its

@@ -8,9 +8,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.support.engine_check import apply
-from tests.support.engine_tables import NO_PRESSURE, PERMILLE, PRESSURE, REQUIRED
-from tests.support.strategies import pods, profiles, required_affinity
+from testkit.engine_check import apply
+from testkit.engine_tables import NO_PRESSURE, PERMILLE, PRESSURE, REQUIRED
+from testkit.strategies import pods, profiles, required_affinity
 from webhook.base.quantity import MI, parse_bytes
 from webhook.engine.backing import container_need
 from webhook.engine.mutate import uses_swap

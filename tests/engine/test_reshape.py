@@ -17,7 +17,7 @@ import jsonpatch
 import pytest
 
 import webhook.engine.reshaping as reshaping
-from tests.support.pods import container, guaranteed, pod
+from testkit.pods import container, guaranteed, pod
 from webhook.analysis.planner import Node
 from webhook.cli.plan import plan
 from webhook.cli.preview import preview

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.engine_check import apply
+from testkit.engine_check import apply
 from webhook.analysis.planner import Node, plan_pod
 from webhook.engine import reshape
 from webhook.engine.pod import PodView, gets_swap

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from tests.support.engine_check import apply
-from tests.support.engine_tables import backing_warning, profile
-from tests.support.pods import container, guaranteed, pod
+from testkit.engine_check import apply
+from testkit.engine_tables import backing_warning, profile
+from testkit.pods import container, guaranteed, pod
 from webhook.analysis.planner import Node
 from webhook.analysis.vpa_manifests import as_admitted, without_admission_marks
 from webhook.cli.plan import plan

@@ -18,8 +18,8 @@ from typing import Any
 
 import jsonpatch
 
+from testkit import golden
 from tests.e2e.admission_cases import NOT_REPEATED, ORIGINAL, ordered_warnings
-from tests.support import golden
 from webhook.engine import reshape
 from webhook.policy import build_policy
 from webhook.render.admission_policy import render_admission_policies

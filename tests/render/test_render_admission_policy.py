@@ -17,7 +17,7 @@ import celpy
 import pytest
 import yaml
 
-from tests.support.server_proc import SWAPWISE
+from testkit.server_proc import SWAPWISE
 from webhook.engine import warnings as warnings_module
 from webhook.engine.backing import PERMILLE_LABEL, container_need
 from webhook.engine.mutate import backing_warning

@@ -14,8 +14,8 @@ from fastapi import FastAPI
 from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.routing import Route
 
-from tests.support.asgi import Reply, call
-from tests.support.pods import pod, review
+from testkit.asgi import Reply, call
+from testkit.pods import pod, review
 from webhook.server.app import AppState, SwapwiseApp, create_app
 from webhook.server.metrics import Metrics
 from webhook.server.reload import PolicyStore

@@ -16,8 +16,8 @@ import jsonpatch
 import pytest
 import yaml
 
-from tests.support.pods import container, guaranteed, pod, review
-from tests.support.server_proc import ServerProcess, cert_files, wait_until
+from testkit.pods import container, guaranteed, pod, review
+from testkit.server_proc import ServerProcess, cert_files, wait_until
 
 POLICY = {
     "apiVersion": "swapwise.io/v1alpha1",
