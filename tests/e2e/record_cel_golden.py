@@ -29,16 +29,18 @@ from typing import Any
 import jsonpatch
 
 from testkit.golden import GOLDEN, rendered_digest
-from tests.e2e.admission_cases import (
+from tests.e2e.admission_api import (
     API_VERSION,
     LINE,
-    WARN_PREFIX,
-    all_cases,
     api,
     create_all,
     create_pod,
-    pod_for,
     policy_control_plane,
+)
+from tests.e2e.admission_cases import (
+    WARN_PREFIX,
+    all_cases,
+    pod_for,
     policy_document,
     probe_pod,
     stored,

@@ -27,16 +27,12 @@ import jsonpatch
 import pytest
 import yaml
 
+from tests.e2e.admission_api import API_VERSION, LINE, api, create_all, create_pod
 from tests.e2e.admission_cases import (
-    API_VERSION,
-    LINE,
     NOT_REPEATED,
     ORIGINAL,
     WARN_PREFIX,
     all_cases,
-    api,
-    create_all,
-    create_pod,
     differences,
     ordered_warnings,
     pod_for,
