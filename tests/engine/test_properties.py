@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,6 +18,9 @@ from webhook.engine.mutate import uses_swap
 from webhook.engine.pod import PodView
 from webhook.engine.resources import raised_limit
 from webhook.profile import Profile
+
+# Thousands of drawn pods and profiles: a minute of `make unit`, left out of `make quick`.
+pytestmark = pytest.mark.slow
 
 
 @settings(max_examples=1500, deadline=None)
