@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testkit import docs
 from testkit.server_proc import free_port
+from tests.support import docs
 
 LINKED = (".venv", "examples", "charts", "Makefile")
 

@@ -16,7 +16,6 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:  # so `tests.e2e.cluster` imports under plain `pytest` too
     sys.path.insert(0, str(REPO_ROOT))
 
-from testkit.progress import uncaptured  # noqa: E402
 from tests.e2e.admission_api import policy_control_plane  # noqa: E402
 from tests.e2e.cluster import (  # noqa: E402
     DEFAULT_LINE,
@@ -25,6 +24,7 @@ from tests.e2e.cluster import (  # noqa: E402
     skip_unless_e2e,
     swap_node_labels,
 )
+from tests.support.progress import uncaptured  # noqa: E402
 
 SWAP_NODES = ("swap-1", "swap-2")
 PLAIN_NODES = ("plain-1",)

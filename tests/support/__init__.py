@@ -1,2 +1,3 @@
-"""What tests/node/ still imports from here, until the node agent's rewrite of those tests:
-the helpers themselves live in testkit/ (delete this package with that rewrite)."""
+"""The two test helpers tests/node/ still imports from here (a build's progress, the docs
+runner), until the node agent's rewrite of those tests moves them beside the rest in
+testkit/."""
