@@ -238,6 +238,12 @@ def format_bytes(value: int) -> str:
     return str(value)
 
 
+def cel_positive(text: str) -> str:
+    """CEL: is the quantity of the CEL string expression ``text`` above zero (as
+    ``parse_quantity(text) > 0``)?"""
+    return f"quantity({text}).compareTo(quantity('0')) > 0"
+
+
 def cel_format_bytes(value: str) -> str:
     """CEL twin of :func:`format_bytes` for the CEL int expression ``value``."""
     out = "string(" + value + ")"

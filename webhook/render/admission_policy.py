@@ -24,7 +24,7 @@ from typing import Any
 # dense with.
 from webhook.base.cel import cel_literal as lit
 from webhook.base.cel import cel_string as q
-from webhook.base.quantity import INT64_SAFE, MI, cel_parse_bytes, format_bytes
+from webhook.base.quantity import INT64_SAFE, MI, cel_parse_bytes, cel_positive, format_bytes
 from webhook.base.quantity import cel_format_bytes as fmt
 from webhook.engine.annotations import (
     RECORDED_LIMIT,
@@ -48,6 +48,10 @@ from webhook.engine.placement import (
     unique_tolerations,
 )
 from webhook.engine.pod import (
+    CEL_CONTAINERS_GUARANTEED,
+    CEL_POD_BEST_EFFORT,
+    CEL_POD_GUARANTEED,
+    CEL_POD_LEVEL,
     CRITICAL_CLASSES,
     CRITICAL_PRIORITY,
     MAX_CONTAINERS,
@@ -114,36 +118,6 @@ AFFINITY_SET = " || ".join(f"object.spec.?affinity.?{f}.hasValue()"
                            for f in ("nodeAffinity", "podAffinity", "podAntiAffinity"))
 NODE_AFFINITY_SET = (f"{NODE_AFFINITY}.?{REQUIRED}.hasValue() || "
                      f"{NODE_AFFINITY}.?{PREFERRED}.hasValue()")
-
-
-def positive(s: str) -> str:
-    return f"quantity({s}).compareTo(quantity('0')) > 0"
-
-
-def all_containers() -> str:
-    return "(object.spec.?initContainers.orValue([]) + object.spec.containers)"
-
-
-def _guaranteed(requests: str, limits: str) -> str:
-    """QoS Guaranteed for one (requests, limits) pair of resource maps (valid pods: every
-    request is at most its limit, so the kubelet's sums equal per-container equality)."""
-    return (f"['cpu', 'memory'].all(k, k in {limits} && {positive(f'string({limits}[k])')} && "
-            f"(!(k in {requests}) || quantity(string({requests}[k])) == "
-            f"quantity(string({limits}[k]))))")
-
-
-POD_REQUESTS = "object.spec.?resources.?requests.orValue({})"
-POD_LIMITS = "object.spec.?resources.?limits.orValue({})"
-POD_LEVEL = (f"['cpu', 'memory'].exists(k, k in {POD_REQUESTS} || k in {POD_LIMITS})")
-POD_GUARANTEED = _guaranteed(POD_REQUESTS, POD_LIMITS)
-POD_BEST_EFFORT = (f"!['cpu', 'memory'].exists(k, (k in {POD_REQUESTS} && "
-                   f"{positive(f'string({POD_REQUESTS}[k])')}) || (k in {POD_LIMITS} && "
-                   f"{positive(f'string({POD_LIMITS}[k])')}))")
-CONTAINERS_GUARANTEED = (
-    f"{all_containers()}.all(c, "
-    + _guaranteed("c.?resources.?requests.orValue({})", "c.?resources.?limits.orValue({})")
-    + ")"
-)
 
 
 # --------------------------------------------------------------------------- one profile
@@ -213,8 +187,8 @@ class _Cel:
             conditions.append(("pod-selector", p.pod_selector.cel_matches(
                 "object.metadata.?labels.orValue({})")))
         if p.guaranteed_pods == "skip":
-            conditions.append(("not-guaranteed",
-                               f"!({POD_LEVEL} ? {POD_GUARANTEED} : {CONTAINERS_GUARANTEED})"))
+            conditions.append(("not-guaranteed", f"!({CEL_POD_LEVEL} ? {CEL_POD_GUARANTEED} : "
+                                                  f"{CEL_CONTAINERS_GUARANTEED})"))
         return [{"name": name, "expression": expr} for name, expr in conditions]
 
     def variables(self) -> list[tuple[str, str]]:
@@ -257,7 +231,7 @@ class _Cel:
                  f"m == 'vpa' ? {v}New[i] > {v}LimB[i] : false)"),
                 (f"{kind}NewS", f"{v}New.map(t, {fmt('t')})"),
                 (f"{kind}Elig",
-                 f"{v}Req.transformList(i, r, {v}Chg[i] || (r != '' && {positive('r')} && "
+                 f"{v}Req.transformList(i, r, {v}Chg[i] || (r != '' && {cel_positive('r')} && "
                  f"!{v}Eq[i]))"),
             ]
         skip_vpa = p.vpa_pods == "skip"
@@ -270,7 +244,7 @@ class _Cel:
             ("placement",
              "!variables.vpaSkip && object.spec.?nodeName.orValue('') == '' && "
              "!object.metadata.?ownerReferences.orValue([]).exists(o, o.kind == 'DaemonSet')"
-             f" && ({POD_LEVEL} ? !({POD_GUARANTEED}) && !({POD_BEST_EFFORT}) && "
+             f" && ({CEL_POD_LEVEL} ? !({CEL_POD_GUARANTEED}) && !({CEL_POD_BEST_EFFORT}) && "
              "variables.anyElig : variables.anyChg || variables.anyElig)"),
         ]
         return out
