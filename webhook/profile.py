@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal
 
+from webhook.base.cel import cel_literal, cel_string
 from webhook.base.quantity import parse_bytes
 
 PlacementMode = Literal["required", "preferred", "none"]
@@ -65,6 +66,20 @@ class LabelSelector:
             elif present:  # DoesNotExist
                 return False
         return True
+
+    def cel_matches(self, labels: str) -> str:
+        """CEL twin of :meth:`matches` for the CEL map expression ``labels``."""
+        parts = [f"({cel_string(k)} in {labels} && {labels}[{cel_string(k)}] == "
+                 f"{cel_string(v)})" for k, v in self.match_labels]
+        for key, operator, values in self.match_expressions:
+            present = f"{cel_string(key)} in {labels}"
+            inside = f"{labels}[{cel_string(key)}] in {cel_literal(list(values))}"
+            parts.append({
+                "In": f"({present} && {inside})",
+                "NotIn": f"(!({present}) || !({inside}))",
+                "Exists": f"({present})",
+            }.get(operator, f"!({present})"))  # DoesNotExist
+        return " && ".join(parts) or "true"
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ from typing import Any
 import kubernetes_validate
 import pytest
 from chartlib import CHART, REPO, Chart, Obj, all_of, kinds, one
+from webhook.labeller import pressure
 
 from webhook.cli import build_parser
-from webhook.labeller import pressure
 
 NODE_RULE = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]}
 PROXY_RULE = {"apiGroups": [""], "resources": ["nodes/proxy"], "verbs": ["get"]}
