@@ -21,9 +21,10 @@ ResizePolicy = Literal["RestartContainer", "keep"]
 SwapBacking = Literal["required", "off"]
 
 # The swap-node label swapwise's node agent writes: the kubelet runs LimitedSwap and the node
-# has backing swap. Not Node Feature Discovery's feature.node.kubernetes.io/memory-swap: NFD
-# owns that key with another meaning (swap present, whatever the kubelet does with it), and
-# two writers of one key rewrite each other's value.
+# has swap (how much of it backs pods is the swapwise.io/swap-permille label). Not Node
+# Feature Discovery's feature.node.kubernetes.io/memory-swap: NFD owns that key with another
+# meaning (swap present, whatever the kubelet does with it), and two writers of one key
+# rewrite each other's value.
 SWAP_LABEL = "swapwise.io/swap-node"
 
 # Every profile default, once: the policy file's schema (policy.py) and the resolved

@@ -7,11 +7,12 @@ to hold the requests the scheduler already counts.
 
 Both sides are whole numbers in per-mille, so the scheduler can compare them with a plain
 ``Gt`` node-affinity expression: the node's share is ``floor(1000 x swap ÷ memory)`` (the
-``swapwise.io/swap-permille`` label ``label-nodes`` writes), a container's need is
+``swapwise.io/swap-permille`` label the node agent writes, with the node's backing swap),
+a container's need is
 ``ceil(1000 x (limit - request) ÷ request)``. Rounding each the safe way keeps the test
 sound: ``permille ≥ need`` implies the exact inequality.
 
-One home for the label's name and both roundings: the engine, ``label-nodes``, ``plan``,
+One home for the label's name and both roundings: the engine, the node agent, ``plan``,
 ``audit`` and the rendered admission policies all read them from here (the need's CEL form,
 :func:`cel_container_need`, beside its Python one).
 """
