@@ -119,7 +119,9 @@ class ApiConfig:
         if cert and key:
             ssl_context.load_cert_chain(cert, key)
         token = user.get("token") if isinstance(user.get("token"), str) else None
-        token_file = Path(user["tokenFile"]) if isinstance(user.get("tokenFile"), str) else None
+        # relative to the kubeconfig, as kubectl resolves it (and the certificate files)
+        token_file = path.parent / user["tokenFile"] if isinstance(user.get("tokenFile"),
+                                                                  str) else None
         return cls(server, ssl_context, token=token, token_file=token_file)
 
 
@@ -128,7 +130,7 @@ def status_message(body: bytes) -> str:
     text = body[:2000].decode("utf-8", "replace")
     try:
         status = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than json can
         return text.strip()[:300] or "(empty body)"
     message = status.get("message") if isinstance(status, dict) else None
     return message[:300] if isinstance(message, str) and message else text.strip()[:300]
@@ -172,7 +174,7 @@ class NodeApi:
             raise ApiError(response.status, status_message(data))
         try:
             return json.loads(data)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise ApiError(response.status, f"{method} {path}: not JSON: {exc}") from exc
 
     def get(self, name: str) -> dict[str, Any]:
@@ -250,7 +252,7 @@ def read_body(connection: http.client.HTTPSConnection, response: http.client.HTT
 def _event(line: bytes) -> tuple[str, dict[str, Any]]:
     try:
         event = json.loads(line)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise ApiError(200, f"a watch event is not JSON: {exc}") from exc
     if not isinstance(event, dict) or not isinstance(event.get("object"), dict):
         raise ApiError(200, "a watch event without an object")
