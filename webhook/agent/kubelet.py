@@ -14,7 +14,7 @@ import ssl
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from webhook.agent.kubeapi import Deadline, read_body, status_message
+from webhook.agent.kubeapi import BoundedConnection, Deadline, Limit, read_body, status_message
 
 CONFIGZ_MAX_BYTES = 1 << 20  # a kubelet configuration is a few KiB
 
@@ -62,9 +62,8 @@ class Kubelet:
         self.timeout = timeout
 
     def swap_behavior(self) -> str:
-        deadline = Deadline(self.timeout)
-        connection = http.client.HTTPSConnection(self.address, self.port, timeout=self.timeout,
-                                                 context=self.context)
+        connection = BoundedConnection(self.address, self.port, self.context,
+                                       Limit(Deadline(self.timeout)))
         headers = {"Accept": "application/json"}
         token = self.token()
         if token:
@@ -72,7 +71,7 @@ class Kubelet:
         try:
             connection.request("GET", "/configz", headers=headers)
             response = connection.getresponse()
-            body = read_body(connection, response, deadline)
+            body = read_body(response)
         except (OSError, http.client.HTTPException, ValueError) as exc:
             raise ConfigzError(f"{self.address}:{self.port}: {exc or type(exc).__name__}") \
                 from exc
