@@ -137,14 +137,20 @@ def judge(node: Mapping[str, Any], swap: SwapFacts, behavior: Behavior,
     return Verdict(verdict.swap, verdict.message, facts)
 
 
-def _taint_body(node: Mapping[str, Any], wanted: set[str]) -> list[Any] | None:
-    """The node's whole taint list with swapwise's mark taints exactly ``wanted`` (keys),
-    or None when it already is."""
+def _taint_id(taint: Mapping[str, Any]) -> tuple[str, str, str]:
+    """A taint as compared: an absent value is the empty one (the API server omits it)."""
+    return str(taint.get("key")), str(taint.get("value") or ""), str(taint.get("effect"))
+
+
+def _taint_body(node: Mapping[str, Any], managed: set[str], wanted: set[str]
+                ) -> list[Any] | None:
+    """The node's whole taint list with swapwise's mark taints of the ``managed`` keys
+    exactly ``wanted`` (keys), every other taint as it is; None when it already is."""
     current = as_mapping(node.get("spec")).get("taints")
     current = current if isinstance(current, list) else []
     ours = [t for t in current if isinstance(t, Mapping) and isinstance(t.get("key"), str)
-            and any(t.get("key") == mark.key for mark in MARKS)]
-    if sorted((t.get("key"), t.get("value"), t.get("effect")) for t in ours) == sorted(
+            and t.get("key") in managed]
+    if sorted(_taint_id(t) for t in ours) == sorted(
             (m.key, PRESSURE_VALUE, "NoSchedule") for m in MARKS if m.key in wanted):
         return None
     others = [t for t in current if t not in ours]
@@ -192,23 +198,21 @@ def desired_change(node: Mapping[str, Any], verdict: Verdict,
             annotations[FACTS_ANNOTATION] = text
         if changed:
             summary["swap"] = verdict.message
+    managed: set[str] = set()  # marks wanted one way or the other; the rest are left
     taint_keys: set[str] = set()
-    taints_managed = False
     for mark in MARKS:
         want = marks.get(mark)
-        carried = mark.forms(node)
         if want is None:
-            if "taint" in carried:
-                taint_keys.add(mark.key)  # left as it is
             continue
-        taints_managed = True
+        managed.add(mark.key)
+        carried = mark.forms(node)
         want_label(mark.key, PRESSURE_VALUE if want.marked and form == "label" else None)
         if want.marked and form == "taint":
             taint_keys.add(mark.key)
         if want.marked != bool(carried):
             annotations[mark.key] = want.message
             summary[mark.resource] = "marked" if want.marked else "cleared"
-    taints = _taint_body(node, taint_keys) if taints_managed else None
+    taints = _taint_body(node, managed, taint_keys) if managed else None
     metadata: dict[str, Any] = {}
     if changed:
         metadata["labels"] = changed

@@ -149,6 +149,14 @@ def read_psi(path: Path) -> Psi:
     return parse_psi(_read(path))
 
 
+def _is_psi(data: bytes) -> bool:
+    try:
+        parse_psi(data.decode("ascii", "replace"))
+    except KernelReadError:
+        return False
+    return True
+
+
 class PsiTrigger:
     """A kernel PSI trigger: the kernel wakes ``poll()`` when the stall within ``window_us``
     exceeds ``stall_us`` (Documentation/accounting/psi.rst). Lets an idle agent sleep.
@@ -166,7 +174,9 @@ class PsiTrigger:
     def open(self) -> int:
         fd = os.open(self.path, os.O_RDWR | os.O_NONBLOCK)
         try:
-            if os.fstat(fd).st_size != 0:  # a kernel file reads as size 0; never write a copy
+            # A kernel PSI file has size 0 yet reads as PSI text; a regular file is either
+            # not empty or reads as nothing. Never write a trigger into anything else.
+            if os.fstat(fd).st_size != 0 or not _is_psi(os.pread(fd, 4096, 0)):
                 raise OSError(errno.EINVAL, f"{self.path} is not a kernel PSI file")
             os.write(fd, self.spec.encode() + b"\0")
         except OSError:

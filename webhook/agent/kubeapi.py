@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import base64
 import http.client
+import io
 import json
+import math
 import os
+import socket
 import ssl
 import tempfile
 import time
@@ -52,6 +55,69 @@ class Deadline:
         if left <= 0:
             raise TimeoutError("deadline passed")
         return left
+
+
+class Limit:
+    """How long a call's next socket operation may wait: what is left of ``deadline``
+    (TimeoutError once it has passed), and at most ``idle``."""
+
+    def __init__(self, deadline: Deadline, idle: float = math.inf) -> None:
+        self.deadline = deadline
+        self.idle = idle
+
+    def __call__(self) -> float:
+        return max(0.01, min(self.idle, self.deadline.left()))
+
+
+class _BoundedReader(io.RawIOBase):
+    """The socket as a response reads it, every read bounded by ``limit``."""
+
+    def __init__(self, sock: socket.socket, limit: Limit) -> None:
+        self.sock = sock
+        self.limit = limit
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        self.sock.settimeout(self.limit())
+        return self.sock.recv_into(buffer)
+
+
+def _response_class(limit: Limit) -> type[http.client.HTTPResponse]:
+    class Response(http.client.HTTPResponse):
+        def __init__(self, sock: socket.socket, debuglevel: int = 0, method: str | None = None,
+                     url: str | None = None) -> None:
+            super().__init__(sock, debuglevel, method, url)
+            self.fp.close()
+            self.fp = io.BufferedReader(_BoundedReader(sock, limit))
+
+    return Response
+
+
+class BoundedConnection(http.client.HTTPSConnection):
+    """HTTPS whose every socket operation waits at most ``limit()``: the TCP connect, the TLS
+    handshake, the request, and each read of the answer, its status line, header lines and
+    chunk framing included. http.client reads those a line at a time, each read with only
+    the socket's own timeout: a server that sent a header byte a second held a call with a
+    3 s timeout as long as it liked."""
+
+    def __init__(self, host: str, port: int, context: ssl.SSLContext, limit: Limit) -> None:
+        super().__init__(host, port, timeout=limit(), context=context)
+        self.tls = context
+        self.limit = limit
+        self.response_class = _response_class(limit)
+
+    def connect(self) -> None:
+        self.timeout = self.limit()
+        http.client.HTTPConnection.connect(self)  # TCP
+        self.sock.settimeout(self.limit())  # the whole handshake, in the ssl module
+        self.sock = self.tls.wrap_socket(self.sock, server_hostname=self.host)
+
+    def send(self, data: Any) -> None:
+        if self.sock is not None:
+            self.sock.settimeout(self.limit())
+        super().send(data)
 
 
 @dataclass
@@ -119,7 +185,9 @@ class ApiConfig:
         if cert and key:
             ssl_context.load_cert_chain(cert, key)
         token = user.get("token") if isinstance(user.get("token"), str) else None
-        token_file = Path(user["tokenFile"]) if isinstance(user.get("tokenFile"), str) else None
+        # relative to the kubeconfig, as kubectl resolves it (and the certificate files)
+        token_file = path.parent / user["tokenFile"] if isinstance(user.get("tokenFile"),
+                                                                  str) else None
         return cls(server, ssl_context, token=token, token_file=token_file)
 
 
@@ -128,7 +196,7 @@ def status_message(body: bytes) -> str:
     text = body[:2000].decode("utf-8", "replace")
     try:
         status = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than json can
         return text.strip()[:300] or "(empty body)"
     message = status.get("message") if isinstance(status, dict) else None
     return message[:300] if isinstance(message, str) and message else text.strip()[:300]
@@ -144,9 +212,8 @@ class NodeApi:
         self.host = split.hostname or ""
         self.port = split.port or 443
 
-    def _connection(self, timeout: float) -> http.client.HTTPSConnection:
-        return http.client.HTTPSConnection(self.host, self.port, timeout=timeout,
-                                           context=self.config.context)
+    def _connection(self, limit: Limit) -> BoundedConnection:
+        return BoundedConnection(self.host, self.port, self.config.context, limit)
 
     def _headers(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         headers = {"Accept": "application/json", "User-Agent": FIELD_MANAGER}
@@ -157,13 +224,12 @@ class NodeApi:
 
     def call(self, method: str, path: str, body: bytes | None = None,
               content_type: str | None = None) -> Any:
-        deadline = Deadline(self.timeout)
-        connection = self._connection(self.timeout)
+        connection = self._connection(Limit(Deadline(self.timeout)))
         try:
             connection.request(method, path, body=body, headers=self._headers(
                 {"Content-Type": content_type} if content_type else None))
             response = connection.getresponse()
-            data = read_body(connection, response, deadline)
+            data = read_body(response)
         except (OSError, http.client.HTTPException) as exc:
             raise ApiError(0, f"{method} {path}: {exc or type(exc).__name__}") from exc
         finally:
@@ -172,7 +238,7 @@ class NodeApi:
             raise ApiError(response.status, status_message(data))
         try:
             return json.loads(data)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise ApiError(response.status, f"{method} {path}: not JSON: {exc}") from exc
 
     def get(self, name: str) -> dict[str, Any]:
@@ -198,17 +264,19 @@ class NodeApi:
                            "resourceVersion": resource_version, "allowWatchBookmarks": "true",
                            "timeoutSeconds": str(seconds)})
         path = f"/api/v1/nodes?{query}"
-        deadline = Deadline(seconds + 30)
-        connection = self._connection(self.timeout)  # connect and headers; then ``idle``
+        whole = Deadline(seconds + 30)
+        # connect, headers (and an error's body) within the call timeout; then ``idle``
+        limit = Limit(Deadline(min(self.timeout, seconds + 30)))
+        connection = self._connection(limit)
         try:
             connection.request("GET", path, headers=self._headers())
             response = connection.getresponse()
             if response.status != 200:
-                raise ApiError(response.status,
-                               status_message(read_body(connection, response, deadline)))
+                raise ApiError(response.status, status_message(read_body(response)))
+            limit.deadline, limit.idle = whole, idle
             pending = bytearray()
             while True:
-                chunk = read_some(connection, response, deadline, idle)
+                chunk = response.read1(65536)
                 if not chunk:
                     return
                 pending += chunk
@@ -225,32 +293,21 @@ class NodeApi:
             connection.close()
 
 
-def read_some(connection: http.client.HTTPSConnection, response: http.client.HTTPResponse,
-               deadline: Deadline, idle: float) -> bytes:
-    """What the server has sent next: one socket read, bounded by ``idle`` and by what is
-    left of ``deadline``, so a server that drips bytes cannot stretch the call past it."""
-    if connection.sock is not None:
-        connection.sock.settimeout(max(0.01, min(idle, deadline.left())))
-    chunk = response.read1(65536)
-    deadline.left()
-    return chunk
-
-
-def read_body(connection: http.client.HTTPSConnection, response: http.client.HTTPResponse,
-               deadline: Deadline) -> bytes:
-    """The whole body, counted as it streams and within ``deadline``."""
+def read_body(response: http.client.HTTPResponse, most: int = MAX_OBJECT_BYTES) -> bytes:
+    """The whole body, counted as it streams (at most ``most`` bytes); the connection's
+    limit bounds the time."""
     data = bytearray()
-    while chunk := read_some(connection, response, deadline, float("inf")):
+    while chunk := response.read1(65536):
         data += chunk
-        if len(data) > MAX_OBJECT_BYTES:
-            raise ApiError(response.status, f"answer over {MAX_OBJECT_BYTES} bytes")
+        if len(data) > most:
+            raise ApiError(response.status, f"answer over {most} bytes")
     return bytes(data)
 
 
 def _event(line: bytes) -> tuple[str, dict[str, Any]]:
     try:
         event = json.loads(line)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise ApiError(200, f"a watch event is not JSON: {exc}") from exc
     if not isinstance(event, dict) or not isinstance(event.get("object"), dict):
         raise ApiError(200, "a watch event without an object")

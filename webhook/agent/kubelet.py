@@ -14,7 +14,14 @@ import ssl
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from webhook.agent.kubeapi import Deadline, read_body, status_message
+from webhook.agent.kubeapi import (
+    ApiError,
+    BoundedConnection,
+    Deadline,
+    Limit,
+    read_body,
+    status_message,
+)
 
 CONFIGZ_MAX_BYTES = 1 << 20  # a kubelet configuration is a few KiB
 
@@ -62,9 +69,8 @@ class Kubelet:
         self.timeout = timeout
 
     def swap_behavior(self) -> str:
-        deadline = Deadline(self.timeout)
-        connection = http.client.HTTPSConnection(self.address, self.port, timeout=self.timeout,
-                                                 context=self.context)
+        connection = BoundedConnection(self.address, self.port, self.context,
+                                       Limit(Deadline(self.timeout)))
         headers = {"Accept": "application/json"}
         token = self.token()
         if token:
@@ -72,7 +78,10 @@ class Kubelet:
         try:
             connection.request("GET", "/configz", headers=headers)
             response = connection.getresponse()
-            body = read_body(connection, response, deadline)
+            body = read_body(response, CONFIGZ_MAX_BYTES)
+        except ApiError as exc:  # over the cap, counted as it streamed
+            raise ConfigzError(f"configz answer larger than {CONFIGZ_MAX_BYTES} bytes "
+                               f"(HTTP {exc.status})") from exc
         except (OSError, http.client.HTTPException, ValueError) as exc:
             raise ConfigzError(f"{self.address}:{self.port}: {exc or type(exc).__name__}") \
                 from exc
@@ -80,12 +89,11 @@ class Kubelet:
             connection.close()
         if response.status != 200:
             raise ConfigzError(f"HTTP {response.status}: {status_message(body)}")
-        if len(body) > CONFIGZ_MAX_BYTES:
-            raise ConfigzError(f"configz answer larger than {CONFIGZ_MAX_BYTES} bytes")
         try:
-            return configz_swap_behavior(json.loads(body))
-        except ValueError as exc:
+            payload = json.loads(body)
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
             raise ConfigzError(f"configz answer is not JSON: {exc}") from exc
+        return configz_swap_behavior(payload)
 
 
 def kubelet_context(ca_file: str | None, insecure: bool) -> ssl.SSLContext:
