@@ -49,7 +49,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from tests.chart.chartlib import HELM_MAJOR as HELM_MAJOR
 from tests.chart.chartlib import HELM_NAME as HELM_NAME
 from webhook.engine.backing import PERMILLE_LABEL, node_permille
-from webhook.labeller.labels import BEHAVIOR_LABEL
+from webhook.engine.nodes import BEHAVIOR_LABEL
 
 E2E_DIR = Path(__file__).resolve().parent
 
