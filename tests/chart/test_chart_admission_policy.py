@@ -31,9 +31,11 @@ BEFORE_MODE = "e88458c05e5137f113284255a759afba7da9102e"
 # swapwise_labeller_permille_nodes on its Swap nodes panel, and the pressure guard's panels;
 # the rules: the pressure guard's alerts; the labeller: its Events Role in `default`; the
 # helpers: the policy file's profiles get swapBacking "off" where no labeller writes the label
-# backing needs (and the profile does not decide).
+# backing needs (and the profile does not decide); the node agents' PodMonitor, new with
+# them (issue 42), and the dashboard and rules over their metrics.
 CHANGED_SINCE = ("files/dashboard.json", "files/prometheus-rules.yaml",
-                 "templates/labeller.yaml", "templates/_helpers.tpl")
+                 "templates/labeller.yaml", "templates/_helpers.tpl",
+                 "templates/podmonitor.yaml")
 SWAPWISE = str(Path(sys.executable).with_name("swapwise"))
 AP_KINDS = ["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
@@ -180,7 +182,7 @@ def test_renders_none_of_the_webhook_pieces(chart: Chart) -> None:
         "ClusterRole/sw-swapwise-audit", "ClusterRole/sw-swapwise-labeller",
         "ClusterRoleBinding/sw-swapwise-audit", "ClusterRoleBinding/sw-swapwise-labeller",
         "ConfigMap/sw-swapwise-dashboard", "Deployment/sw-swapwise-labeller",
-        "PrometheusRule/sw-swapwise", "Role/sw-swapwise-labeller",
+        "PodMonitor/sw-swapwise-node-agent", "PrometheusRule/sw-swapwise", "Role/sw-swapwise-labeller",
         "Role/sw-swapwise-labeller-events", "RoleBinding/sw-swapwise-labeller",
         "RoleBinding/sw-swapwise-labeller-events", "ServiceAccount/sw-swapwise-audit",
         "ServiceAccount/sw-swapwise-labeller",
@@ -196,7 +198,11 @@ def test_keeps_only_the_alerts_and_panels_that_need_no_server(chart: Chart) -> N
     assert [r["alert"] for r in rules] == ["SwapwiseReshapedPodOnNodeWithoutSwap",
                                            "SwapwiseContainerSwapNearLimit",
                                            "SwapwiseNodeMemoryPressure",
-                                           "SwapwiseMemoryPSIUnreadable"]
+                                           "SwapwiseNodeCpuPressure",
+                                           "SwapwiseNodeAgentWatchFailing",
+                                           "SwapwiseNodeAgentPatchErrors",
+                                           "SwapwiseNodeAgentKernelReadErrors",
+                                           "SwapwiseNodeAgentSwapUnknown"]
     source = yaml.safe_load((CHART / "files" / "prometheus-rules.yaml").read_text())
     kept = [r for g in source["groups"] for r in g["rules"]
             if not SERVER_METRIC.search(r["expr"])]
@@ -206,7 +212,7 @@ def test_keeps_only_the_alerts_and_panels_that_need_no_server(chart: Chart) -> N
     titles = [p["title"] for p in dashboard["panels"]]
     assert not SERVER_METRIC.search(json.dumps(dashboard["panels"]))
     assert "Webhook (swapwise serve)" not in titles
-    assert "Node labeller (swapwise label-nodes)" in titles
+    assert "Node agents (swapwise node-agent)" in titles
     assert "Node swap usage" in titles
     # Everything else of the dashboard is the file's.
     source_dashboard = json.loads((CHART / "files" / "dashboard.json").read_text())

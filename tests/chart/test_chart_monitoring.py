@@ -1,4 +1,5 @@
-"""Dashboard, alerting rules and audit RBAC: off by default, rendered from the chart's files.
+"""Dashboard, alerting rules, the node agents' PodMonitor and audit RBAC: off by default, the
+first two rendered from the chart's files.
 
 The rule file and the dashboard are tested themselves with the real promtool (and a real
 Prometheus) in tests/monitoring/; here that the chart ships them unchanged.
@@ -17,9 +18,15 @@ RULES = yaml.safe_load((CHART / "files" / "prometheus-rules.yaml").read_text())
 DASHBOARD = json.loads((CHART / "files" / "dashboard.json").read_text())
 
 
+AGENT_SELECTOR = {"app.kubernetes.io/name": "swapwise", "app.kubernetes.io/instance": "sw",
+                  "app.kubernetes.io/component": "node-agent"}
+SCRAPE = {"metrics": {"serviceMonitor": {"enabled": True}}}
+
+
 def test_off_by_default(chart: Chart) -> None:
     objs = chart.render()
     assert "PrometheusRule" not in kinds(objs)
+    assert "PodMonitor" not in kinds(objs)
     assert not [o for o in all_of(objs, "ConfigMap") if o["metadata"]["name"].endswith(
         "-dashboard")]
     assert "ClusterRole" not in kinds(objs)
@@ -45,6 +52,53 @@ def test_dashboard_configmap_for_the_grafana_sidecar(chart: Chart) -> None:
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert cm["metadata"]["annotations"] == {"grafana_folder": "swap"}
     assert json.loads(cm["data"]["swapwise.json"]) == DASHBOARD
+
+
+def test_pod_monitor_scrapes_every_node_agent_with_its_node(chart: Chart) -> None:
+    """The agents' pods, by the DaemonSet's selector labels, on their port `metrics` over plain
+    HTTP, with the webhook's ServiceMonitor settings; `node` from the pod's node, which the
+    dashboard and the alerts group by."""
+    objs = chart.render({"metrics": {"serviceMonitor": {
+        "enabled": True, "interval": "15s", "labels": {"release": "kps"}}}})
+    pm = one(objs, "PodMonitor")
+    assert pm["apiVersion"] == "monitoring.coreos.com/v1"
+    assert pm["metadata"]["name"] == "sw-swapwise-node-agent"
+    assert pm["metadata"]["namespace"] == "swapwise-system"
+    assert pm["metadata"]["labels"]["release"] == "kps"  # what podMonitorSelector matches
+    assert pm["metadata"]["labels"]["app.kubernetes.io/component"] == "node-agent"
+    assert pm["spec"]["selector"] == {"matchLabels": AGENT_SELECTOR}
+    assert pm["spec"]["namespaceSelector"] == {"matchNames": ["swapwise-system"]}
+    assert pm["spec"]["podMetricsEndpoints"] == [{
+        "port": "metrics", "scheme": "http", "path": "/metrics", "interval": "15s",
+        "scrapeTimeout": "10s",
+        "relabelings": [{"sourceLabels": ["__meta_kubernetes_pod_node_name"],
+                         "targetLabel": "node"}],
+    }]
+    # the webhook's ServiceMonitor selects Services of component webhook, not the agents
+    assert one(objs, "ServiceMonitor")["spec"]["selector"]["matchLabels"][
+        "app.kubernetes.io/component"] == "webhook"
+
+
+def test_pod_monitor_selects_the_node_agent_daemonset(chart: Chart) -> None:
+    """Its selector matches the DaemonSet's pods, which name a container port `metrics`; no
+    agents (nodeAgent.enabled false), no PodMonitor."""
+    objs = chart.render(SCRAPE)
+    daemonsets = [d for d in all_of(objs, "DaemonSet") if d["spec"]["template"]["metadata"][
+        "labels"].get("app.kubernetes.io/component") == "node-agent"]
+    if not daemonsets:
+        pytest.skip("the chart renders no node-agent DaemonSet yet (templates/node-agent.yaml)")
+    [ds] = daemonsets
+    pm = one(objs, "PodMonitor")
+    labels = ds["spec"]["template"]["metadata"]["labels"]
+    assert AGENT_SELECTOR.items() <= labels.items(), labels
+    assert ds["metadata"]["namespace"] == "swapwise-system"
+    ports = [port for c in ds["spec"]["template"]["spec"]["containers"]
+             for port in c.get("ports", [])]
+    assert [p["name"] for p in ports if p["name"] == "metrics"] == ["metrics"], ports
+    assert pm["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
+    off = chart.render({**SCRAPE, "nodeAgent": {"enabled": False}})
+    assert "PodMonitor" not in kinds(off)
+    assert "ServiceMonitor" in kinds(off)
 
 
 @pytest.mark.parametrize("values", [
