@@ -199,6 +199,7 @@ def test_keeps_only_the_alerts_and_panels_that_need_no_server(chart: Chart) -> N
                                            "SwapwiseContainerSwapNearLimit",
                                            "SwapwiseNodeMemoryPressure",
                                            "SwapwiseNodeCpuPressure",
+                                           "SwapwiseSwapNodeWithoutAgent",
                                            "SwapwiseNodeAgentWatchFailing",
                                            "SwapwiseNodeAgentPatchErrors",
                                            "SwapwiseNodeAgentKernelReadErrors",

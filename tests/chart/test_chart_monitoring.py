@@ -80,8 +80,7 @@ def test_pod_monitor_scrapes_every_node_agent_with_its_node(chart: Chart) -> Non
 
 
 def test_pod_monitor_selects_the_node_agent_daemonset(chart: Chart) -> None:
-    """Its selector matches the DaemonSet's pods, which name a container port `metrics`; no
-    agents (nodeAgent.enabled false), no PodMonitor."""
+    """Its selector matches the DaemonSet's pods, which name a container port `metrics`."""
     objs = chart.render(SCRAPE)
     daemonsets = [d for d in all_of(objs, "DaemonSet") if d["spec"]["template"]["metadata"][
         "labels"].get("app.kubernetes.io/component") == "node-agent"]
@@ -96,9 +95,27 @@ def test_pod_monitor_selects_the_node_agent_daemonset(chart: Chart) -> None:
              for port in c.get("ports", [])]
     assert [p["name"] for p in ports if p["name"] == "metrics"] == ["metrics"], ports
     assert pm["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
-    off = chart.render({**SCRAPE, "nodeAgent": {"enabled": False}})
+
+
+def test_without_node_agents_no_pod_monitor_and_no_rule_on_their_metrics(chart: Chart) -> None:
+    """nodeAgent.enabled false: nothing to scrape, and no rule on the agents' metrics
+    (SwapwiseSwapNodeWithoutAgent would fire for every swap node). The schema's nodeAgent part
+    comes with templates/node-agent.yaml, so it is not validated here."""
+    values = {"nodeAgent": {"enabled": False},
+              "metrics": {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}}}
+    off = chart.render(values, extra=["--skip-schema-validation"])
     assert "PodMonitor" not in kinds(off)
     assert "ServiceMonitor" in kinds(off)
+    rules = [r for g in one(off, "PrometheusRule")["spec"]["groups"] for r in g["rules"]]
+    kept = [r for g in RULES["groups"] for r in g["rules"]
+            if "swapwise_node_agent_" not in r["expr"]]
+    assert rules == kept
+    assert "SwapwiseReshapedPodOnNodeWithoutSwap" in [r["alert"] for r in rules]
+    assert len(kept) == len([r for g in RULES["groups"] for r in g["rules"]]) - 7
+    on = chart.render({**values, "nodeAgent": {"enabled": True}},
+                      extra=["--skip-schema-validation"])
+    assert one(on, "PrometheusRule")["spec"]["groups"] == RULES["groups"]
+    assert "PodMonitor" in kinds(on)
 
 
 @pytest.mark.parametrize("values", [
