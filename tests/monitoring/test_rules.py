@@ -125,3 +125,20 @@ def test_no_query_or_alert_reads_the_labeller_or_nfd() -> None:
     for text in (DASHBOARD.read_text(), RULES.read_text()):
         assert "swapwise_labeller_" not in text
         assert "feature_node_kubernetes_io" not in text and "feature.node" not in text
+
+
+def test_node_agent_series_exist_before_their_first_event() -> None:
+    """increase() and rate() see no increase into a series' first sample: the agent's labelled
+    counters start at 0, so the first mark and the first failed patch count (the dashboard's
+    transitions, SwapwiseNodeAgentPatchErrors). Its verdict starts unknown, not "no swap"."""
+    from prometheus_client import generate_latest
+
+    text = generate_latest(AgentMetrics().registry).decode()
+    for resource in ("memory", "cpu"):
+        for to in ("marked", "cleared"):
+            assert (f'swapwise_node_agent_pressure_transitions_total{{resource="{resource}",'
+                    f'to="{to}"}} 0.0') in text
+    for result in ("ok", "conflict", "error"):
+        assert f'swapwise_node_agent_patches_total{{result="{result}"}} 0.0' in text
+    assert "swapwise_node_agent_swap_node -1.0" in text
+    assert "swapwise_node_agent_swap_permille -1.0" in text
