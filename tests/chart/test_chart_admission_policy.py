@@ -33,10 +33,11 @@ BEFORE_MODE = "e88458c05e5137f113284255a759afba7da9102e"
 # the labeller (its template and its values; the values of everything else are unchanged since,
 # so the old templates still render what they did); the helpers: the policy file's profiles get
 # swapBacking "off" where no node agent writes the label backing needs (and the profile does
-# not decide).
+# not decide); the node agents' PodMonitor, new with them (issue 42), and the dashboard and
+# rules over their metrics.
 CHANGED_SINCE = ("files/dashboard.json", "files/prometheus-rules.yaml",
                  "templates/node-agent.yaml", "templates/_helpers.tpl", "values.yaml",
-                 "values.schema.json")
+                 "values.schema.json", "templates/podmonitor.yaml")
 REMOVED_SINCE = ("templates/labeller.yaml",)
 SWAPWISE = str(Path(sys.executable).with_name("swapwise"))
 AP_KINDS = ["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding",
@@ -199,8 +200,8 @@ def test_renders_none_of_the_webhook_pieces(chart: Chart) -> None:
         "ClusterRole/sw-swapwise-audit", "ClusterRole/sw-swapwise-node-agent",
         "ClusterRoleBinding/sw-swapwise-audit", "ClusterRoleBinding/sw-swapwise-node-agent",
         "ConfigMap/sw-swapwise-dashboard", "DaemonSet/sw-swapwise-node-agent",
-        "PrometheusRule/sw-swapwise", "ServiceAccount/sw-swapwise-audit",
-        "ServiceAccount/sw-swapwise-node-agent",
+        "PodMonitor/sw-swapwise-node-agent", "PrometheusRule/sw-swapwise",
+        "ServiceAccount/sw-swapwise-audit", "ServiceAccount/sw-swapwise-node-agent",
     ]
     for kind in ("MutatingWebhookConfiguration", "Service", "Secret", "Issuer", "Certificate",
                  "ServiceMonitor", "PodDisruptionBudget"):
@@ -213,7 +214,12 @@ def test_keeps_only_the_alerts_and_panels_that_need_no_server(chart: Chart) -> N
     assert [r["alert"] for r in rules] == ["SwapwiseReshapedPodOnNodeWithoutSwap",
                                            "SwapwiseContainerSwapNearLimit",
                                            "SwapwiseNodeMemoryPressure",
-                                           "SwapwiseMemoryPSIUnreadable"]
+                                           "SwapwiseNodeCpuPressure",
+                                           "SwapwiseSwapNodeWithoutAgent",
+                                           "SwapwiseNodeAgentWatchFailing",
+                                           "SwapwiseNodeAgentPatchErrors",
+                                           "SwapwiseNodeAgentKernelReadErrors",
+                                           "SwapwiseNodeAgentSwapUnknown"]
     source = yaml.safe_load((CHART / "files" / "prometheus-rules.yaml").read_text())
     kept = [r for g in source["groups"] for r in g["rules"]
             if not SERVER_METRIC.search(r["expr"])]
@@ -223,7 +229,7 @@ def test_keeps_only_the_alerts_and_panels_that_need_no_server(chart: Chart) -> N
     titles = [p["title"] for p in dashboard["panels"]]
     assert not SERVER_METRIC.search(json.dumps(dashboard["panels"]))
     assert "Webhook (swapwise serve)" not in titles
-    assert "Node labeller (swapwise label-nodes)" in titles
+    assert "Node agents (swapwise node-agent)" in titles
     assert "Node swap usage" in titles
     # Everything else of the dashboard is the file's.
     source_dashboard = json.loads((CHART / "files" / "dashboard.json").read_text())

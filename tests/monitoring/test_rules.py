@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from tests.monitoring.prom import DASHBOARD, RULES, ensure, panels, queries
+from webhook.agent.metrics import AgentMetrics
 
 HERE = Path(__file__).resolve().parent
 
@@ -100,19 +101,44 @@ def test_dashboard_shape() -> None:
                    "swapwise_containers_changed_total", "swapwise_policy_reloads_total",
                    "swapwise_certificate_reloads_total",
                    "swapwise_certificate_expiry_timestamp_seconds", "swapwise_policy_profiles",
-                   "swapwise_labeller_labels_added_total",
-                   "swapwise_labeller_labels_removed_total",
-                   "swapwise_labeller_reconcile_errors_total",
-                   "swapwise_labeller_watch_restarts_total", "swapwise_labeller_is_leader",
-                   "swapwise_labeller_nodes", "swapwise_labeller_swap_nodes",
-                   "swapwise_labeller_permille_nodes",
-                   "swapwise_labeller_nodes_by_reason",
-                   "swapwise_labeller_kubelet_config_errors_total",
-                   "swapwise_labeller_pressure_marked_nodes",
-                   "swapwise_labeller_pressure_transitions_total",
-                   "swapwise_labeller_psi_read_errors_total",
-                   "swapwise_labeller_memory_psi_avg10_percent",
-                   "swapwise_labeller_pressure_threshold_percent",
                    "node_swap_usage_bytes", "container_swap_usage_bytes",
                    "container_swap_limit_bytes", "pod_swap_usage_bytes"):
         assert metric in text, metric
+
+
+def agent_metrics() -> list[str]:
+    """Every metric the node agent exports, as Prometheus names it (counters with _total)."""
+    return [family.name + ("_total" if family.type == "counter" else "")
+            for family in AgentMetrics().registry.collect()]
+
+
+def test_every_node_agent_metric_is_on_the_dashboard() -> None:
+    names = agent_metrics()
+    assert len(names) == 12 and "swapwise_node_agent_patches_total" in names, names
+    query_text = "\n".join(expr for _, expr in queries())
+    missing = [name for name in names if not re.search(rf"\b{name}\b", query_text)]
+    assert not missing, missing
+
+
+def test_no_query_or_alert_reads_the_labeller_or_nfd() -> None:
+    """label-nodes and its metrics are gone; NFD's key is no longer swapwise's."""
+    for text in (DASHBOARD.read_text(), RULES.read_text()):
+        assert "swapwise_labeller_" not in text
+        assert "feature_node_kubernetes_io" not in text and "feature.node" not in text
+
+
+def test_node_agent_series_exist_before_their_first_event() -> None:
+    """increase() and rate() see no increase into a series' first sample: the agent's labelled
+    counters start at 0, so the first mark and the first failed patch count (the dashboard's
+    transitions, SwapwiseNodeAgentPatchErrors). Its verdict starts unknown, not "no swap"."""
+    from prometheus_client import generate_latest
+
+    text = generate_latest(AgentMetrics().registry).decode()
+    for resource in ("memory", "cpu"):
+        for to in ("marked", "cleared"):
+            assert (f'swapwise_node_agent_pressure_transitions_total{{resource="{resource}",'
+                    f'to="{to}"}} 0.0') in text
+    for result in ("ok", "conflict", "error"):
+        assert f'swapwise_node_agent_patches_total{{result="{result}"}} 0.0' in text
+    assert "swapwise_node_agent_swap_node -1.0" in text
+    assert "swapwise_node_agent_swap_permille -1.0" in text

@@ -61,3 +61,13 @@ class AgentMetrics:
             "swapwise_node_agent_psi_triggers",
             "1 when kernel PSI triggers wake the agent, 0 when it reads PSI once a second.",
             registry=r)
+        # Known from the start: "unknown" until the Node and the facts are read, and every
+        # labelled counter at 0, so that its first event is an increase (Prometheus counts no
+        # increase into a series' first sample: a single mark would never show in increase()).
+        self.swap_node.set(-1)
+        self.permille.set(-1)
+        for resource in ("memory", "cpu"):
+            for to in ("marked", "cleared"):
+                self.transitions.labels(resource, to)
+        for result in ("ok", "conflict", "error"):
+            self.patches.labels(result)
