@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 from tests.support.server_proc import SWAPWISE, free_port
 
@@ -368,16 +369,29 @@ def test_dev_certs_keep_a_service_certificate(tmp_path: Path) -> None:
     assert (tmp_path / "certs" / "ca.crt").read_bytes() == ca
 
 
-def test_dev_certs_say_when_the_ca_changes(tmp_path: Path) -> None:
+def test_dev_certs_keep_their_ca_when_a_new_address_is_needed(tmp_path: Path) -> None:
+    """A new address gets a serving certificate from the same CA (issue 46: a new CA broke
+    every caBundle made from the old one); only a directory without the CA's key (made
+    before swapwise kept it) gets a new CA, and says so."""
     from webhook import certs
 
-    first, reason = certs.ensure_dev_certs(tmp_path, [], [])
-    assert reason is None
+    first, made = certs.ensure_dev_certs(tmp_path, [], [])
+    assert made is None
     ca = first.ca.read_bytes()
-    again, reason = certs.ensure_dev_certs(tmp_path, [], [])
-    assert reason is None and again.ca.read_bytes() == ca
-    _, reason = certs.ensure_dev_certs(tmp_path, [], ["10.1.2.3"])
-    assert reason is not None and "new CA" in reason and "caBundle" in reason
+    assert stat.S_IMODE(os.stat(tmp_path / "ca.key").st_mode) == 0o600
+    again, made = certs.ensure_dev_certs(tmp_path, [], [])
+    assert made is None and again.ca.read_bytes() == ca
+    _, made = certs.ensure_dev_certs(tmp_path, ["dev.example"], ["10.1.2.3"])
+    assert made is not None and "issued a new serving certificate from the existing CA" in made
+    assert "new CA" not in made and first.ca.read_bytes() == ca
+    cert = x509.load_pem_x509_certificate(first.cert.read_bytes())
+    cert.verify_directly_issued_by(x509.load_pem_x509_certificate(ca))
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "dev.example" in san.get_values_for_type(x509.DNSName)
+    assert {"10.1.2.3", "127.0.0.1"} <= {str(a) for a in san.get_values_for_type(x509.IPAddress)}
+    (tmp_path / "ca.key").unlink()  # a directory of an earlier swapwise
+    _, made = certs.ensure_dev_certs(tmp_path, [], ["10.1.2.4"])
+    assert made is not None and "new CA" in made and "caBundle" in made
     assert first.ca.read_bytes() != ca
 
 
@@ -440,6 +454,77 @@ def test_a_serve_that_cannot_listen_writes_nothing_and_keeps_the_running_servers
         assert server.serves_its_ca()
     finally:
         server.stop()
+
+
+def presented(host: str, port: int) -> bytes:
+    """The certificate a server presents (DER), unverified."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    with socket.create_connection((host, port), timeout=5) as raw, \
+            context.wrap_socket(raw) as tls:
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return der
+
+
+def test_serve_on_another_address_keeps_the_ca_and_issues_a_certificate_from_it(
+        tmp_path: Path) -> None:
+    """`serve --host <an address the machine has>` made a new CA while another server was
+    running: that server reloaded the new certificate, and clients holding the old ca.crt
+    failed. The CA is kept; a serving certificate with the added address is issued from it,
+    naming every name and address of the old one, so both servers serve it."""
+    first = DevServer(tmp_path)
+    second = None
+    try:
+        ca = (tmp_path / "certs" / "ca.crt").read_bytes()
+        old = x509.load_pem_x509_certificate((tmp_path / "certs" / "tls.crt").read_bytes())
+        port = free_port()
+        second = subprocess.Popen(
+            [SWAPWISE, "serve", "--host", "127.0.0.2", "--port", str(port),
+             "--drain-seconds", "0"], cwd=tmp_path, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE, text=True)
+        context = ssl.create_default_context(cafile=str(tmp_path / "certs" / "ca.crt"))
+        context.check_hostname = False  # an address, not a name: the SANs are checked below
+
+        def second_serves() -> bool:
+            assert second is not None and second.poll() is None, "the second server exited"
+            try:
+                with urllib.request.urlopen(f"https://127.0.0.2:{port}/readyz",
+                                            context=context, timeout=2) as answer:
+                    return bool(answer.status == 200)
+            except (OSError, ssl.SSLError):
+                return False
+
+        deadline = time.monotonic() + 30
+        while not second_serves():
+            assert time.monotonic() < deadline, "the second server never served"
+            time.sleep(0.2)
+        assert (tmp_path / "certs" / "ca.crt").read_bytes() == ca
+        new_pem = (tmp_path / "certs" / "tls.crt").read_bytes()
+        new = x509.load_pem_x509_certificate(new_pem)
+        new.verify_directly_issued_by(x509.load_pem_x509_certificate(ca))
+
+        def sans(cert: x509.Certificate) -> set[str]:
+            san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+            return {str(v) for v in [*san.get_values_for_type(x509.DNSName),
+                                     *san.get_values_for_type(x509.IPAddress)]}
+
+        assert sans(new) == sans(old) | {"127.0.0.2"}
+        # The first server reloads the new certificate (its watcher), and its clients, who
+        # hold the old ca.crt, still verify it.
+        new_der = new.public_bytes(serialization.Encoding.DER)
+        deadline = time.monotonic() + 30
+        while presented("127.0.0.1", first.port) != new_der:
+            assert time.monotonic() < deadline, "the first server never reloaded"
+            time.sleep(0.2)
+        assert first.serves_its_ca()
+    finally:
+        first.stop()
+        if second is not None:
+            second.terminate()
+            _, err = second.communicate(timeout=30)
+            assert "issued a new serving certificate" in err and "new CA" not in err, err
 
 
 def test_serve_on_a_port_in_use_names_it_with_a_hint(tmp_path: Path) -> None:
