@@ -544,6 +544,45 @@ def test_certs_bad_ip(tmp_path: Path) -> None:
     out = swapwise("certs", "--service", "s", "--namespace", "n", "--out", str(tmp_path),
                    "--ip", "not-an-ip")
     assert out.returncode == 1 and "not an IP address" in out.stderr
+    out = swapwise("certs", "--service", "s", "--namespace", "n", "--out", str(tmp_path),
+                   "--days", "3000000")
+    assert out.returncode == 1 and "--days must be from 1 to 36500" in out.stderr, out.stderr
+
+
+def test_certs_into_a_path_it_cannot_write_is_a_clear_error(tmp_path: Path) -> None:
+    """--out an existing file, or below one, or where nothing can be created: tracebacks."""
+    existing = tmp_path / "a-file"
+    existing.write_text("mine\n")
+    for out, reason in ((existing, "exists and is not a directory"),
+                        (existing / "certs", "Not a directory"),
+                        (Path("/proc/swapwise-certs"), "No such file or directory")):
+        result = swapwise("certs", "--service", "s", "--namespace", "n", "--out", str(out))
+        assert result.returncode == 1, result.stderr
+        assert result.stderr.startswith(f"swapwise: --out {out}: "), result.stderr
+        assert reason in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert existing.read_text() == "mine\n"
+
+
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--service", "Bad_Name", "not a Service name"),
+    ("--service", "9lives", "not a Service name"),
+    ("--service", "a" * 64, "not a Service name"),
+    ("--namespace", "Team", "not a namespace name"),
+    ("--dns", "web hook.example", "not a DNS name"),
+])
+def test_certs_refuse_names_kubernetes_would_not_accept(
+        flag: str, value: str, message: str, tmp_path: Path) -> None:
+    """A certificate for a name no Service can have would never be served: refused before
+    anything is written."""
+    args = {"--service": "swapwise", "--namespace": "team"}
+    extra = ["--dns", value] if flag == "--dns" else []
+    if flag != "--dns":
+        args[flag] = value
+    out = swapwise("certs", *[w for pair in args.items() for w in pair], *extra,
+                   "--out", str(tmp_path / "out"))
+    assert out.returncode == 1 and message in out.stderr, out.stderr
+    assert out.stderr.startswith(f"swapwise: {flag} "), out.stderr
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize(
