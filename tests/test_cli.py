@@ -319,6 +319,41 @@ def test_policy_check(tmp_path: Path) -> None:
     assert "profiles.b.minRequest: '1X' is not a valid quantity" in out.stderr
 
 
+def test_policy_check_gives_every_error_at_once_each_with_its_range_and_why(
+        tmp_path: Path) -> None:
+    """pydantic's words ("Input should be less than 1") without the valid range or the reason,
+    and a namespace override's errors only once the profiles' were fixed."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("apiVersion: swapwise.io/v1alpha1\nkind: SwapPolicy\nprofiles:\n"
+                   "  a: {requestRatio: 1.5, placement: {weight: 0}}\n"
+                   "  b: {maxLimitRequestRatio: 1}\n"
+                   "namespaces:\n  team-a: {swapRatio: -1}\n")
+    out = swapwise("policy", "check", str(bad))
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr.splitlines() == [
+        f"{bad}: invalid policy",
+        "  profiles.a.requestRatio: 1.5 is out of range: valid is above 0 and below 1 (request "
+        "= limit \u00d7 requestRatio: 0 is no request, 1 or more lowers none)",
+        "  profiles.a.placement.weight: 0 is out of range: valid is 1 to 100 (the scheduler's "
+        "range for the weight of a preferred term)",
+        "  profiles.b.maxLimitRequestRatio: 1 is out of range: valid is above 1 (the largest "
+        "limit ÷ request, as a LimitRange's: 1 or less leaves no request below a limit)",
+        "  namespaces.team-a.swapRatio: -1 is out of range: valid is above 0 (node swap ÷ node "
+        "RAM on the swap nodes: 0 or less gives no swap)",
+    ], out.stderr
+
+
+def test_policy_check_reads_stdin_as_preview_and_plan_do() -> None:
+    text = (EXAMPLES / "policy.yaml").read_text()
+    out = swapwise("policy", "check", "-", stdin=text)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("<stdin>: valid; profiles: ci, default, sandbox")
+    out = swapwise("policy", "check", "-", stdin=text.replace("swapRatio: 2", "swapRatio: 0"))
+    assert out.returncode == 1
+    assert out.stderr.startswith("<stdin>: invalid policy\n  profiles.")
+    assert "swapRatio: 0 is out of range" in out.stderr
+
+
 def test_certs(tmp_path: Path) -> None:
     out = swapwise("certs", "--service", "swapwise", "--namespace", "infra", "--out",
                    str(tmp_path), "--days", "30", "--dns", "webhook.example.com",
