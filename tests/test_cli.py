@@ -205,10 +205,12 @@ def test_input_is_bounded_whatever_the_file_is(tmp_path: Path) -> None:
     out = swapwise("plan", *PLAN, "-f", "-", stdin=big)
     assert (out.returncode, out.stderr) == (
         1, "swapwise: <stdin>: larger than 16 MiB, the most manifests are read\n")
+    # Beside a pod: input without a workload is refused on its own (as in plan).
+    pod = json.dumps(pod_doc("p", {"limits": {"memory": "1Gi"}})) + "\n---\n"
     deepest = "a: " + "[" * 64 + "]" * 64 + "\n"  # the mapping is level 0, its value 1
-    out = swapwise("preview", "-f", "-", "-o", "json", stdin=deepest)
+    out = swapwise("preview", "-f", "-", "-o", "json", stdin=pod + deepest)
     assert out.returncode == 0, out.stderr
-    out = swapwise("preview", "-f", "-", "-o", "json", stdin="a: " + "[" * 65 + "]" * 65)
+    out = swapwise("preview", "-f", "-", "-o", "json", stdin=pod + "a: " + "[" * 65 + "]" * 65)
     assert out.stderr == "swapwise: <stdin>: nested deeper than 64 levels\n"
 
 
@@ -273,6 +275,42 @@ def test_preview_says_why_it_leaves_a_workload_alone(pod: dict[str, Any], args: 
     out = swapwise("preview", "-f", "-", "-o", "diff", *args, stdin=json.dumps(pod))
     assert (out.returncode, out.stdout) == (0, "")
     assert out.stderr == f"Note: Pod/p: left unchanged: {note}\n"
+
+
+@pytest.mark.parametrize("kind", ["Pod", "StatefulSet"])
+def test_preview_says_what_placement_it_adds_when_no_memory_changes(kind: str) -> None:
+    """A request only (no limit): the memory is left alone, yet a required swap-node
+    affinity was added with nothing on stderr; a StatefulSet with zonal volumes can then
+    go Pending."""
+    pod = pod_doc("p", {"requests": {"memory": "1Gi"}})
+    doc = pod if kind == "Pod" else {
+        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "p"},
+        "spec": {"serviceName": "p", "template": {"spec": pod["spec"]}}}
+    out = swapwise("preview", "-f", "-", "-o", "diff", stdin=json.dumps(doc))
+    assert out.returncode == 0, out.stderr
+    assert any(line.startswith("+") and line.endswith(f"- key: {SWAP}")
+               for line in out.stdout.splitlines()), out.stdout
+    assert out.stderr == (
+        f"Note: {kind}/p: no container's memory changes (each already gets swap), but "
+        "swapwise adds a required node affinity (placement.mode: required of profile "
+        f"default): it runs only on nodes with {SWAP}=true, and not on one marked "
+        "swapwise.io/memory-pressure; a workload whose volumes are bound to a zone "
+        "without such a node stays Pending (placement.mode: preferred or none in the "
+        "profile, or podSelector, leaves it out)\n"), out.stderr
+
+
+@pytest.mark.parametrize("stdin", ["", "# nothing\n", "---\n---\n",
+                                   "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n",
+                                   "just: some yaml\n"])
+def test_preview_of_input_without_a_workload_is_an_error_as_in_plan(stdin: str) -> None:
+    """An empty or non-manifest file: preview printed nothing and exited 0, plan said
+    "no Pod ... found" and exited 1."""
+    preview = swapwise("preview", "-f", "-", stdin=stdin)
+    plan = swapwise("plan", *PLAN, "-f", "-", stdin=stdin)
+    assert (preview.returncode, preview.stdout) == (1, "")
+    assert preview.stderr == plan.stderr == (
+        "swapwise: no Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet, Job or CronJob "
+        "found in the input\n")
 
 
 def test_preview_says_a_reshaped_pod_is_already_in_shape() -> None:
