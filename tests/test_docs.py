@@ -280,7 +280,8 @@ def test_the_tour_works_with_the_example_policy_it_offers(scratch: Path) -> None
                                                                      "/mutate/nope"))
         out = run(unknown, scratch, server.port)
         assert out.returncode == 0, out.stderr
-        assert out.stdout == ("[\"swapwise: unknown profile 'nope'; pod left unchanged\"]\n"), \
+        assert out.stdout == ("[\"swapwise: unknown profile 'nope'; pod left unchanged; the "
+                              "policy has: ci, default, sandbox\"]\n"), \
             out.stdout
     finally:
         server.stop()
