@@ -758,9 +758,10 @@ def test_a_busy_api_server_is_retried_with_backoff_and_the_retries_are_said(
     with fake.upstream(api(opted_in_cluster(), busy)) as server:
         out = audit_against(server, tmp_path, "--timeout", "4")
     assert out.returncode == 2 and "within 4 s (--timeout)" in out.stderr, out.stderr
+    assert "retrying list namespaces" in out.stderr
     # 0.5 + 1 + 2 s of backoff (with 20 % jitter) fit in 4 s: at most 5 requests, not
-    # thousands.
-    assert 2 <= len(server.requests) <= 5, server.requests
+    # thousands (a slower machine makes fewer).
+    assert len(server.requests) <= 5, server.requests
 
 
 def test_a_gzip_bomb_page_is_refused_while_it_streams(
