@@ -464,6 +464,9 @@ def test_prometheus_errors_are_reported_not_raised(
      "/nonexistent.yaml"),
     (["--prometheus", "http://127.0.0.1:1", "--bearer-token-file", "/nonexistent"],
      "--bearer-token-file"),
+    (["--prometheus", "https://127.0.0.1:1", "--ca-file", "/nonexistent"],
+     "--ca-file /nonexistent: No such file or directory"),
+    (["--prometheus", "https://127.0.0.1:1", "--ca-file", __file__], f"--ca-file {__file__}: "),
 ])
 def test_bad_input_is_a_clear_error(args: list[str], message: str,
                                     capsys: pytest.CaptureFixture[str]) -> None:

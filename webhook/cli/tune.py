@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import json
 import re
+import ssl
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -147,8 +148,15 @@ class Prometheus:
         self.endpoint = url.rstrip("/") + "/api/v1/query"
         self.at = at
         self.malformed = 0  # series of the answers that were not well-formed: left out
-        self.client = httpx2.AsyncClient(timeout=timeout, headers=headers,
-                                         verify=ca_file or True, follow_redirects=True)
+        verify: ssl.SSLContext | bool = True
+        if ca_file:
+            try:
+                verify = ssl.create_default_context(cafile=ca_file)
+            except OSError as exc:  # ssl.SSLError too: not a PEM bundle
+                raise CommandError(f"--ca-file {shown(ca_file)}: {shown(exc.strerror or exc)}"
+                                   ) from None
+        self.client = httpx2.AsyncClient(timeout=timeout, headers=headers, verify=verify,
+                                         follow_redirects=True)
         self.http_error: type[Exception] = httpx2.HTTPError
 
     async def query(self, expr: str) -> list[dict[str, Any]]:
