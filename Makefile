@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 
 .PHONY: run test lint unit quick compat e2e e2e-1.37 e2e-smoke-1.37 control-plane control-plane-1.34 \
 	control-plane-1.37 unit-tools prometheus vpa kube-state-metrics helm4 image node node-parts node-e2e \
-	node-bench demo bench clean admission-policy-golden
+	node-bench demo bench clean admission-policy-golden release
 
 # The dev venv runs the newest uvicorn, Starlette and FastAPI pyproject.toml allows, pinned by
 # constraints/newest.txt (as the image does), so the whole suite is the "newest" compat run.
@@ -16,6 +16,8 @@ $(BIN)/.installed: pyproject.toml constraints/newest.txt
 	$(BIN)/pip install --quiet -c constraints/newest.txt -e '.[test]'
 	touch $@
 
+## The Python virtualenv .venv with swapwise and its test tools installed (every target that
+## runs Python makes it first).
 venv: $(BIN)/.installed
 
 ## Run the webhook on 127.0.0.1:8443: built-in policy, development certificates under certs/.
@@ -54,6 +56,7 @@ test: venv
 	@hack/stage node-e2e $(MAKE) --no-print-directory node-e2e
 	@hack/stage --summary
 
+## Lint: ruff over webhook, tests and benchmarks, and mypy (strict) over webhook.
 lint: venv
 	$(BIN)/ruff check webhook tests benchmarks testkit conftest.py
 	$(BIN)/mypy
@@ -107,6 +110,8 @@ E2E_LINE = $(or $(SWAPWISE_K8S_VERSION),1.34)
 e2e: venv control-plane-$(E2E_LINE) prometheus vpa
 	$(BIN)/pytest --durations=15 -m e2e tests/e2e
 
+## The whole e2e suite on the Kubernetes 1.37 line with Helm 4 (its control plane built
+## first, 8-14 minutes cold; README "Supported versions" says when to run it).
 e2e-1.37: venv control-plane-1.37 prometheus vpa
 	SWAPWISE_K8S_VERSION=1.37 SWAPWISE_HELM=4 $(BIN)/pytest -m e2e tests/e2e
 
@@ -162,6 +167,13 @@ kube-state-metrics:
 image:
 	hack/build-image.sh $(if $(LOCAL_BASE),--local-base)
 
+## Release artifacts of the version in pyproject.toml, in dist/: the wheel and sdist (pipx
+## install of the wheel gives the swapwise command), the chart packaged for helm push to an
+## OCI registry, and the image as an OCI archive tagged with the version (hack/release.sh;
+## LOCAL_BASE=1 as for make image). .github/workflows/release.yml runs it on a tag v<version>.
+release: venv
+	hack/release.sh $(if $(LOCAL_BASE),--local-base)
+
 ## What the real node needs that no Go build of the control plane does (host tools, kernel,
 ## Debian roots, the swapwise image): mostly downloads, so make test runs it in the background.
 node-parts:
@@ -207,6 +219,7 @@ bench: venv control-plane-$(E2E_LINE)
 	  { echo "bench needs wrk and h2load: apt-get install wrk nghttp2-client"; exit 1; }
 	$(BIN)/python -m benchmarks
 
+## Remove the venv, build/, dist/ and the tools' caches in the checkout (not ~/.cache/swapwise).
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
 

@@ -102,7 +102,9 @@ def decide(request: dict[str, Any], profile_name: str, policy: Policy) -> Decisi
                         namespace=namespace)
     profile = policy.resolve(profile_name, namespace)
     if profile is None:
-        warnings = [warning(f"unknown profile {profile_name!r}; pod left unchanged")]
+        # The policy's profiles last: a long list is what the 120-character cut drops.
+        warnings = [warning(f"unknown profile {profile_name!r}; pod left unchanged; the "
+                            f"policy has: {', '.join(sorted(policy.profiles))}")]
         return Decision(
             response=review_response(uid, warnings=warnings), uid=uid,
             outcome="unknown_profile", namespace=namespace, warnings=warnings,

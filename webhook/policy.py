@@ -351,6 +351,33 @@ def _text_for_number(value: str) -> str:
     return f"{value!r} is text, not a number: write it without quotes"
 
 
+# Why each bounded number has its bounds: said with the range, so a refusal teaches the knob.
+_WHY = {
+    "swapRatio": "node swap ÷ node RAM on the swap nodes: 0 or less gives no swap",
+    "requestRatio": "request = limit \u00d7 requestRatio: 0 is no request, 1 or more lowers none",
+    "maxLimitRequestRatio": "the largest limit ÷ request, as a LimitRange's: 1 or less leaves "
+                            "no request below a limit",
+    "weight": "the scheduler's range for the weight of a preferred term",
+}
+# The ranges of the schema below (Field(gt=..., lt=...)), in words.
+_RANGES = {"swapRatio": "above 0", "requestRatio": "above 0 and below 1",
+           "maxLimitRequestRatio": "above 1", "weight": "1 to 100"}
+_BOUNDS = {"greater_than": ("gt", "above"), "greater_than_equal": ("ge", "at least"),
+           "less_than": ("lt", "below"), "less_than_equal": ("le", "at most")}
+
+
+def _out_of_range(error: Any, field_name: str) -> str:
+    """``1.5 is out of range: valid is above 0 and below 1 (why)``."""
+    value = error.get("input")
+    shown = _YAML_FLOATS.get(repr(value), repr(value)) if isinstance(value, float) else value
+    valid = _RANGES.get(field_name, "")
+    if not valid:  # a bound this table does not know: pydantic's own
+        key, word = _BOUNDS[error["type"]]
+        valid = f"{word} {error.get('ctx', {}).get(key)}"
+    why = _WHY.get(field_name)
+    return f"{shown} is out of range: valid is {valid}" + (f" ({why})" if why else "")
+
+
 def _message(error: Any, union: set[str]) -> str:
     """One line for one pydantic error; ``union`` holds the error types pydantic reported
     for the same field (one per member of a union: int | float, str | int)."""
@@ -368,6 +395,9 @@ def _message(error: Any, union: set[str]) -> str:
     if kind == "model_type":
         hint = " (write {} for every default)" if value is None else ""
         return f"must be a mapping of fields, not {_shown(value)}{hint}"
+    if kind in _BOUNDS:
+        names = [part for part in error["loc"] if isinstance(part, str)]
+        return _out_of_range(error, names[-1] if names else "")
     message: str = error["msg"]
     return message.removeprefix("Value error, ")
 
@@ -430,27 +460,51 @@ def build_policy(document: Any, source: str = "<policy>") -> Policy:
 
 
 def _build(document: dict[Any, Any], source: str) -> Policy:
+    """Validate everything, and only then refuse: the profiles' errors and every namespace
+    override's come out together, so a file is fixed in one pass, not one section a run."""
+    errors: list[str] = []
+    spec: PolicySpec | None = None
     try:
         spec = PolicySpec.model_validate(document)
     except ValidationError as exc:
-        raise PolicyError(source, _format_errors(exc)) from None
-    profiles = {name: compile_profile(name, profile) for name, profile in spec.profiles.items()}
+        errors.extend(_format_errors(exc))
+    raw_profiles = document.get("profiles")
+    raw_profiles = raw_profiles if isinstance(raw_profiles, dict) else {}
+    raw_namespaces = document.get("namespaces")
+    raw_namespaces = raw_namespaces if isinstance(raw_namespaces, dict) else {}
     overrides: dict[tuple[str, str], Profile] = {}
-    errors: list[str] = []
-    raw_profiles = document.get("profiles") or {}
-    for namespace, override in spec.namespaces.items():
-        for name in spec.profiles:
-            merged = _merge(raw_profiles.get(name) or {}, override)
+    own_errors: dict[Any, set[str]] = {}
+    for namespace, override in raw_namespaces.items():
+        if not isinstance(override, dict):
+            continue  # PolicySpec said so
+        for name, raw in raw_profiles.items():
+            base = raw if isinstance(raw, dict) else {}
             try:
-                overrides[(name, namespace)] = compile_profile(
-                    name, ProfileSpec.model_validate(merged)
-                )
+                merged = ProfileSpec.model_validate(_merge(base, override))
             except ValidationError as exc:
-                errors.extend(_format_errors(exc, ("namespaces", namespace)))
-    if errors:
+                if name not in own_errors:  # what the profile gets wrong by itself
+                    own_errors[name] = _profile_errors(base)
+                for bare, placed in zip(_format_errors(exc),
+                                        _format_errors(exc, ("namespaces", namespace)),
+                                        strict=True):
+                    if bare not in own_errors[name]:
+                        errors.append(placed)
+                continue
+            if spec is not None and isinstance(name, str) and isinstance(namespace, str):
+                overrides[(name, namespace)] = compile_profile(name, merged)
+    if errors or spec is None:
         raise PolicyError(source, list(dict.fromkeys(errors)))
+    profiles = {name: compile_profile(name, profile) for name, profile in spec.profiles.items()}
     digest = hashlib.sha256(repr(document).encode()).hexdigest()[:12]
     return Policy(profiles=profiles, overrides=overrides, source=source, digest=digest)
+
+
+def _profile_errors(raw: dict[Any, Any]) -> set[str]:
+    try:
+        ProfileSpec.model_validate(raw)
+    except ValidationError as exc:
+        return set(_format_errors(exc))
+    return set()
 
 
 def parse_policy(text: str, source: str = "<policy>") -> Policy:

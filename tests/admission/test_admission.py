@@ -93,7 +93,8 @@ def test_every_outcome_has_a_case() -> None:
 
 def test_unknown_profile_warning_names_it() -> None:
     decision = decide(request(), "nope", POLICY)
-    assert decision.warnings == ["swapwise: unknown profile 'nope'; pod left unchanged"]
+    assert decision.warnings == [
+        "swapwise: unknown profile 'nope'; pod left unchanged; the policy has: sandbox"]
 
 
 def test_namespace_override_applies() -> None:

@@ -6,12 +6,16 @@ The whole command against a real API server is tests/e2e/test_audit.py; here the
 from __future__ import annotations
 
 import json
+import subprocess
+import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import jsonpatch
 import pytest
 
+from testkit import fake_upstream as fake
 from tests.cli.test_cli import swapwise
 from webhook.analysis.audit import Cluster, Finding, audit, label_permille, original_pod
 from webhook.cli import build_parser
@@ -648,3 +652,190 @@ def test_objects_the_audit_cannot_read_are_said_not_dropped_silently() -> None:
     # The readable pod is still audited.
     assert [f.object for f in report.findings if f.check == "vpa"] == [
         "VerticalPodAutoscaler/web"]
+
+
+# ------------------------------------------------------ a hostile or broken API server
+# The whole command against a stand-in on loopback (testkit/fake_upstream.py), issue 46.
+
+PLURALS = {"namespaces": "Namespace", "nodes": "Node", "pods": "Pod",
+           "replicasets": "ReplicaSet", "horizontalpodautoscalers": "HorizontalPodAutoscaler",
+           "limitranges": "LimitRange", "resourcequotas": "ResourceQuota"}
+
+
+def api(objects: dict[str, list[dict[str, Any]]],
+        special: Callable[[fake.Handler, str, str], bool] | None = None) -> fake.Respond:
+    """An API server holding ``objects`` (by plural); ``special`` may answer a request
+    itself (returning True). The VPA API is not served (404), as on most clusters."""
+    def respond(handler: fake.Handler, method: str, path: str, body: bytes) -> None:
+        route, _, query = path.partition("?")
+        plural = route.rstrip("/").split("/")[-1]
+        if special is not None and special(handler, plural, query):
+            return
+        if plural not in PLURALS:
+            handler.send(404, b"404 page not found\n", "text/plain")
+            return
+        parts = route.split("/")
+        namespace = parts[parts.index("namespaces") + 1] if "namespaces" in parts[:-1] \
+            else None
+        items = [o for o in objects.get(plural, [])
+                 if namespace is None or o["metadata"].get("namespace") == namespace]
+        handler.json(200, fake.object_list(PLURALS[plural], items))
+    return respond
+
+
+def opted_in_cluster() -> dict[str, list[dict[str, Any]]]:
+    """One opted-in namespace and one pod in it that is not in shape: a finding."""
+    return {"namespaces": [ns("team")], "pods": [pod("web-0")]}
+
+
+def audit_against(server: fake.Upstream, tmp_path: Path, *args: str
+                  ) -> subprocess.CompletedProcess[str]:
+    config = fake.kubeconfig(tmp_path / "kubeconfig", server.url)
+    return swapwise("audit", "--kubeconfig", str(config), *args)
+
+
+def test_audit_reads_a_cluster_through_the_stand_in(tmp_path: Path) -> None:
+    with fake.upstream(api(opted_in_cluster())) as server:
+        out = audit_against(server, tmp_path)
+    assert out.returncode == 1, out.stderr
+    assert "pod-not-reshaped" in out.stdout and "Pod/web-0" in out.stdout
+
+
+def test_a_list_whose_continue_token_repeats_ends_with_a_clear_error(tmp_path: Path) -> None:
+    """The same token on every page: audit paged forever."""
+    def same_token(handler: fake.Handler, plural: str, query: str) -> bool:
+        if plural != "namespaces":
+            return False
+        handler.json(200, fake.object_list("Namespace", [ns("team")], token="again"))
+        return True
+
+    with fake.upstream(api(opted_in_cluster(), same_token)) as server:
+        out = audit_against(server, tmp_path)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.startswith("swapwise: audit: cannot read the cluster: list namespaces: "
+                                 "the server returned a continue token it had returned "
+                                 "before"), out.stderr
+    assert len(server.requests) == 2
+
+
+def test_an_api_server_that_drips_is_given_up_on_at_the_timeout(tmp_path: Path) -> None:
+    def drip(handler: fake.Handler, plural: str, query: str) -> bool:
+        if plural != "nodes":
+            return False
+        handler.drip(0.5)
+        return True
+
+    with fake.upstream(api(opted_in_cluster(), drip)) as server:
+        out = audit_against(server, tmp_path, "--timeout", "3")
+    assert out.returncode == 2, out.stderr
+    assert out.stderr == ("swapwise: audit: cannot read the cluster: reading the cluster did "
+                          "not finish within 3 s (--timeout)\n"), out.stderr
+
+
+def test_a_busy_api_server_is_retried_with_backoff_and_the_retries_are_said(
+        tmp_path: Path) -> None:
+    """Two 503s (an API server restarting), then the list: the audit goes on, and says what
+    it retried; an API server that never recovers is not hammered (backoff), and the audit
+    ends at its timeout."""
+    failures = {"left": 2}
+
+    def busy(handler: fake.Handler, plural: str, query: str) -> bool:
+        if plural != "namespaces" or failures["left"] == 0:
+            return False
+        failures["left"] -= 1
+        handler.json(503, fake.status(503, "apiserver is shutting down"))
+        return True
+
+    with fake.upstream(api(opted_in_cluster(), busy)) as server:
+        out = audit_against(server, tmp_path)
+    assert out.returncode == 1, out.stderr
+    assert "Pod/web-0" in out.stdout
+    retries = [line for line in out.stderr.splitlines() if "retrying list namespaces" in line]
+    assert len(retries) == 2, out.stderr
+    assert "HTTP 503: apiserver is shutting down" in retries[0]
+
+    failures["left"] = 10**9
+    with fake.upstream(api(opted_in_cluster(), busy)) as server:
+        out = audit_against(server, tmp_path, "--timeout", "4")
+    assert out.returncode == 2 and "within 4 s (--timeout)" in out.stderr, out.stderr
+    assert "retrying list namespaces" in out.stderr
+    # 0.5 + 1 + 2 s of backoff (with 20 % jitter) fit in 4 s: at most 5 requests, not
+    # thousands (a slower machine makes fewer).
+    assert len(server.requests) <= 5, server.requests
+
+
+def test_a_gzip_bomb_page_is_refused_while_it_streams(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bomb = fake.gzip_bomb(512 * 1024 * 1024)
+
+    def bombs(handler: fake.Handler, plural: str, query: str) -> bool:
+        if plural != "nodes":
+            return False
+        handler.send(200, bomb, headers={"Content-Encoding": "gzip"})
+        return True
+
+    from webhook.cli import main
+
+    with fake.upstream(api(opted_in_cluster(), bombs)) as server:
+        config = fake.kubeconfig(tmp_path / "kubeconfig", server.url)
+        tracemalloc.start()
+        try:
+            status = main(["audit", "--kubeconfig", str(config)])
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert status == 2
+    assert "list nodes: a page is larger than 64 MiB" in capsys.readouterr().err
+    assert peak < 160 * 1024 * 1024, f"peak {peak / 2**20:.0f} MiB"
+
+
+ESCAPES = "\x1b]0;owned\x07\x1b[2J\x9b31m\nfake: line"
+
+
+def served(n: dict[str, Any]) -> dict[str, Any]:
+    """The node with the nodeInfo fields every API server sets."""
+    n["status"]["nodeInfo"] |= {field: "x" for field in (
+        "architecture", "bootID", "containerRuntimeVersion", "kernelVersion",
+        "kubeProxyVersion", "kubeletVersion", "machineID", "operatingSystem", "osImage",
+        "systemUUID")}
+    return n
+
+
+def test_strings_from_the_cluster_reach_no_terminal(tmp_path: Path) -> None:
+    """A node annotation (the pressure guard's note) and an API error message, printed
+    raw: escape sequences cleared the screen and set the title."""
+    cluster = opted_in_cluster()
+    cluster["nodes"] = [marked(served(node("n1", True, GI, "2000", "16Gi")), ESCAPES)]
+    with fake.upstream(api(cluster)) as server:
+        out = audit_against(server, tmp_path)
+    assert out.returncode == 1, out.stderr
+    assert "node-memory-pressure" in out.stdout
+    assert not set(out.stdout) & {"\x1b", "\x07", "\x9b"}, repr(out.stdout)
+    assert "\\x1b]0;owned\\x07\\x1b[2J\\x9b31m\\x0afake: line" in out.stdout
+
+    def forbidden(handler: fake.Handler, plural: str, query: str) -> bool:
+        handler.json(403, fake.status(403, f"nodes is forbidden{ESCAPES}"))
+        return True
+
+    with fake.upstream(api(cluster, forbidden)) as server:
+        out = audit_against(server, tmp_path)
+    assert out.returncode == 2
+    assert not set(out.stderr) & {"\x1b", "\x07", "\x9b"}, repr(out.stderr)
+    assert len(out.stderr.splitlines()) == 1, out.stderr
+    assert "forbidden\\x1b]0;owned" in out.stderr and "docs/audit.md" in out.stderr
+
+
+def test_a_page_nested_past_any_object_is_refused(tmp_path: Path) -> None:
+    deep = b'{"items": [' + b"[" * 100_000 + b"]" * 100_000 + b"]}"
+
+    def nested(handler: fake.Handler, plural: str, query: str) -> bool:
+        if plural != "nodes":
+            return False
+        handler.send(200, deep)
+        return True
+
+    with fake.upstream(api(opted_in_cluster(), nested)) as server:
+        out = audit_against(server, tmp_path)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.startswith("swapwise: audit: cannot read the cluster: ")
+    assert "Traceback" not in out.stderr

@@ -13,7 +13,9 @@ from __future__ import annotations
 import copy
 import http.server
 import json
+import subprocess
 import threading
+import tracemalloc
 import urllib.parse
 from collections.abc import Iterator
 from fractions import Fraction
@@ -23,10 +25,13 @@ from typing import Any, ClassVar
 import pytest
 import yaml
 
+from testkit import fake_upstream as fake
+from testkit.server_proc import SWAPWISE
 from webhook.analysis import tuning
 from webhook.analysis.tuning import Evidence, decide, recommend
 from webhook.analysis.usage import (
     PROBES,
+    PROFILE_LABEL,
     UsageError,
     containers,
     duration,
@@ -34,6 +39,7 @@ from webhook.analysis.usage import (
     probes,
     queries,
 )
+from webhook.base.documents import load
 from webhook.cli import main
 from webhook.policy import build_policy, load_policy
 
@@ -312,6 +318,7 @@ class Recorded(http.server.BaseHTTPRequestHandler):
 
     answers: ClassVar[dict[str, list[Any]]] = {}
     status = 200
+    error = "boom"
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length", 0))
@@ -319,7 +326,7 @@ class Recorded(http.server.BaseHTTPRequestHandler):
         expr = form["query"][0]
         result = self.answers.get(expr)
         if self.status != 200:
-            body = {"status": "error", "errorType": "bad_data", "error": "boom"}
+            body = {"status": "error", "errorType": "bad_data", "error": self.error}
         elif result is None:
             body = {"status": "error", "errorType": "bad_data", "error": f"unknown {expr}"}
         else:
@@ -448,12 +455,18 @@ def test_prometheus_errors_are_reported_not_raised(
 @pytest.mark.parametrize(("args", "message"), [
     (["--prometheus", "http://127.0.0.1:1"], "cannot query Prometheus"),
     (["--prometheus", "prometheus:9090"], "not an http:// or https:// URL"),
+    (["--prometheus", "http://127.0.0.1:99999"], "is not a URL"),
+    (["--prometheus", "http://[::1"], "is not a URL"),
+    (["--prometheus", "http://127.0.0.1:1", "--timeout", "0"], "--timeout 0: must be"),
     (["--prometheus", "http://127.0.0.1:1", "--window", "week"], "--window"),
     (["--prometheus", "http://127.0.0.1:1", "--min-pods", "0"], "at least 1"),
     (["--prometheus", "http://127.0.0.1:1", "--policy", "/nonexistent.yaml"],
      "/nonexistent.yaml"),
     (["--prometheus", "http://127.0.0.1:1", "--bearer-token-file", "/nonexistent"],
      "--bearer-token-file"),
+    (["--prometheus", "https://127.0.0.1:1", "--ca-file", "/nonexistent"],
+     "--ca-file /nonexistent: No such file or directory"),
+    (["--prometheus", "https://127.0.0.1:1", "--ca-file", __file__], f"--ca-file {__file__}: "),
 ])
 def test_bad_input_is_a_clear_error(args: list[str], message: str,
                                     capsys: pytest.CaptureFixture[str]) -> None:
@@ -495,3 +508,167 @@ def test_the_real_nodes_hot_pods_without_a_cpu_limit_get_a_lower_ratio() -> None
     assert found.evidence.stall_share_p95 >= tuning.STALLING
     assert found.action == "lower"
     assert found.recommended_swap_ratio is not None and found.recommended_swap_ratio < 2
+
+
+# ------------------------------------------------------------ hostile and broken Prometheus
+# Each against a stand-in on loopback (testkit/fake_upstream.py), issue 46.
+
+
+def test_a_prometheus_that_drips_is_given_up_on_at_the_timeout() -> None:
+    """One byte every half second: every read gets something in time, so a timeout per read
+    never fires (tune still waited after 45 s). --timeout binds the whole run."""
+    with fake.upstream(lambda handler, *_: handler.drip(0.5)) as server:
+        out = subprocess.run([SWAPWISE, "tune", "--prometheus", server.url, "--timeout", "2"],
+                             capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1, out.stderr
+    assert out.stderr.startswith("swapwise: ") and "within 2 s" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+
+
+BOMB = 512 * 1024 * 1024  # decompressed; about 512 KiB as sent
+
+
+def test_a_gzip_bomb_is_refused_while_it_streams_not_after_it_is_decompressed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A 512 KiB gzip answer took 1.08 GB of memory: the 64 MiB limit was checked on the
+    whole decompressed body. Counted as it streams, the read stops at the limit."""
+    bomb = fake.gzip_bomb(BOMB)
+
+    def respond(handler: fake.Handler, *_: Any) -> None:
+        handler.send(200, bomb, headers={"Content-Encoding": "gzip"})
+
+    with fake.upstream(respond) as server:
+        tracemalloc.start()
+        try:
+            status = main(["tune", "--prometheus", server.url])
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert status == 1
+    assert "larger than 64 MiB" in capsys.readouterr().err
+    assert peak < 160 * 1024 * 1024, f"peak {peak / 2**20:.0f} MiB"
+
+
+def reshaped_pod(prometheus: type[Recorded], namespace: str, pod: str, profile: str,
+                 **figures: str) -> None:
+    """One more container in the recorded answers: profile annotation, request, samples and
+    working set (``figures`` overrides any of them, by query name)."""
+    saved = recorded("backfill.json")
+    names = queries(saved["window"], saved["step"], saved["rate_interval"])
+    at = 1796466772.181
+    labels = {"namespace": namespace, "pod": pod, "container": "app"}
+    prometheus.answers[names["profile"]] = [*prometheus.answers[names["profile"]], {
+        "metric": {"namespace": namespace, "pod": pod, PROFILE_LABEL: profile},
+        "value": [at, "1"]}]
+    values = {"request": "1073741824", "samples": "100", "working_set_p95": "536870912"}
+    for name, value in (values | figures).items():
+        prometheus.answers[names[name]] = [*prometheus.answers[names[name]],
+                                           {"metric": labels, "value": [at, value]}]
+
+
+INJECTION = "evil\nprofiles: {default: {swapRatio: 50}}\n#"
+
+
+def test_a_newline_in_a_profile_annotation_never_becomes_live_yaml(
+    prometheus: type[Recorded], capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The annotation ended the `# profile:` comment of -o yaml, and the rest became part of
+    the patch users are told to merge."""
+    assert main(tune(prometheus, "--policy", str(POLICY), "-o", "yaml")) == 0
+    clean = capsys.readouterr().out
+    reshaped_pod(prometheus, "attacker", "p-0", INJECTION)
+    assert main(tune(prometheus, "--policy", str(POLICY), "-o", "yaml")) == 0
+    out = capsys.readouterr().out
+    # Read as the policy loader reads files: a key twice would be refused, not overwritten.
+    [patch] = load(out, "tune.yaml", every=True)
+    assert patch == yaml.safe_load(clean)
+    live = [line for line in out.splitlines() if not line.startswith("#")]
+    assert live == [line for line in clean.splitlines() if not line.startswith("#")]
+    assert "# evil\\x0aprofiles: {default: {swapRatio: 50}}\\x0a#: insufficient-data" in out
+
+
+ESCAPES = "\x1b]0;owned\x07\x1b[2J\x9b31m"
+
+
+@pytest.mark.parametrize("output", ["text", "yaml"])
+def test_escape_sequences_from_an_annotation_reach_no_terminal(
+    prometheus: type[Recorded], capsys: pytest.CaptureFixture[str], output: str,
+) -> None:
+    reshaped_pod(prometheus, "attacker", "p-0", ESCAPES)
+    assert main(tune(prometheus, "--policy", str(POLICY), "-o", output)) == 0
+    out = capsys.readouterr().out
+    assert not set(out) & {"\x1b", "\x07", "\x9b"}, repr(out)
+    assert "\\x1b]0;owned\\x07\\x1b[2J\\x9b31m" in out
+
+
+def test_a_prometheus_error_message_is_printed_escaped(
+    prometheus: type[Recorded], capsys: pytest.CaptureFixture[str],
+) -> None:
+    prometheus.status = 422
+    prometheus.error = "bad\x1b[2J\nquery"
+    assert main(tune(prometheus)) == 1
+    err = capsys.readouterr().err
+    assert "answered 422: bad\\x1b[2J\\x0aquery" in err and "\x1b" not in err
+    assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(("figure", "value", "reason"), [
+    ("working_set_p95", "0", "working set 0 bytes or below"),
+    ("working_set_p95", "-1048576", "working set 0 bytes or below"),
+    ("working_set_p95", "1e308", "working set above 8 EiB"),
+    ("working_set_p95", "1e-320", "working set below one byte"),
+    ("working_set_p95", "+Inf", "working set not a finite number"),
+    ("request", "1e-320", "memory request below one byte"),
+    ("request", "1e308", "memory request above 8 EiB"),
+])
+def test_figures_no_memory_can_have_are_dropped_counted_and_said(
+    prometheus: type[Recorded], capsys: pytest.CaptureFixture[str],
+    figure: str, value: str, reason: str,
+) -> None:
+    """A working set of 0 gave ZeroDivisionError, 1e308 and 1e-320 OverflowError: tracebacks.
+    Each container with such a figure is left out, and the output says how many and why."""
+    saved = recorded("backfill.json")
+    name = queries(saved["window"], saved["step"], saved["rate_interval"])[figure]
+    for result in prometheus.answers[name]:
+        if result["metric"]["namespace"].startswith(("calm", "hot")):
+            result["value"] = [result["value"][0], value]
+    assert main(tune(prometheus, "--policy", str(POLICY), "-o", "json")) == 0
+    found = {r["profile"]: r for r in json.loads(capsys.readouterr().out)["recommendations"]}
+    for profile in ("calm", "hot"):
+        assert found[profile]["action"] == "insufficient-data"
+        assert any(f"container(s) left out: {reason}" in line
+                   for line in found[profile]["reasons"]), found[profile]["reasons"]
+    assert main(tune(prometheus, "--policy", str(POLICY))) == 0
+    assert f"calm: 4 container(s) left out: {reason} (4)" in capsys.readouterr().out
+
+
+def test_odd_limits_and_shares_are_never_traced_back(
+    prometheus: type[Recorded], capsys: pytest.CaptureFixture[str],
+) -> None:
+    saved = recorded("backfill.json")
+    names = queries(saved["window"], saved["step"], saved["rate_interval"])
+    for figure, value in (("limit", "1e-320"), ("above_request", "-3"), ("stall", "1e308"),
+                          ("swap_max", "-1"), ("samples", "1e308")):
+        for result in prometheus.answers[names[figure]]:
+            result["value"] = [result["value"][0], value]
+    assert main(tune(prometheus, "--policy", str(POLICY), "-o", "yaml")) == 0
+    assert "Traceback" not in capsys.readouterr().err
+
+
+DEEP = 100_000
+
+
+@pytest.mark.parametrize("body", [
+    b"[" * DEEP + b"]" * DEEP,
+    json.dumps({"status": "success", "data": {"resultType": "vector", "result": [
+        {"metric": {"namespace": "a", "pod": "b"}, "value": [0, "1"]}]}}).encode().replace(
+        b'"a"', b"[" * 900 + b"]" * 900),
+], ids=["the whole answer", "a label value"])
+def test_deeply_nested_answers_are_refused_or_dropped_not_traced_back(
+    body: bytes, capsys: pytest.CaptureFixture[str],
+) -> None:
+    with fake.upstream(lambda handler, *_: handler.send(200, body)) as server:
+        status = main(["tune", "--prometheus", server.url])
+    err = capsys.readouterr().err
+    assert status == 1 and err.startswith("swapwise: ") and len(err.splitlines()) <= 6, err

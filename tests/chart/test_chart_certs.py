@@ -7,7 +7,7 @@ import ipaddress
 from typing import Any
 
 import pytest
-from chartlib import NAMESPACE, RELEASE, Chart, all_of, one, webhooks
+from chartlib import CHART, NAMESPACE, RELEASE, Chart, all_of, one, webhooks
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
@@ -45,6 +45,22 @@ def _verify_signed_by(cert: x509.Certificate, ca: x509.Certificate) -> None:
 
 
 # ---- selfSigned -----------------------------------------------------------------------
+
+
+def test_self_signed_is_a_new_ca_on_every_render_and_the_readme_tells_gitops_users(
+        chart: Chart) -> None:
+    """Where Helm cannot read the Secret back (`helm template`, as Argo CD renders), each
+    render makes a new CA: each GitOps sync would rotate every caBundle. The chart README
+    says so where certificate modes are chosen, and what to use instead (issue 46)."""
+    first, second = (one(chart.render(), "Secret")["data"]["ca.crt"] for _ in range(2))
+    assert first != second
+    text = " ".join((CHART / "README.md").read_text().split())
+    section = text[text.index("## Certificates"):]
+    section = section[:section.index("## ", 3)]
+    assert "GitOps (Argo CD, Flux): do not use `selfSigned`." in section
+    assert "every render makes a new CA" in section
+    assert "Use `certs.mode: certManager`" in section and "or `certs.mode: secret`" in section
+
 
 
 def test_self_signed_secret_and_ca_bundle(chart: Chart) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 from testkit.server_proc import SWAPWISE, free_port
 
@@ -204,10 +205,12 @@ def test_input_is_bounded_whatever_the_file_is(tmp_path: Path) -> None:
     out = swapwise("plan", *PLAN, "-f", "-", stdin=big)
     assert (out.returncode, out.stderr) == (
         1, "swapwise: <stdin>: larger than 16 MiB, the most manifests are read\n")
+    # Beside a pod: input without a workload is refused on its own (as in plan).
+    pod = json.dumps(pod_doc("p", {"limits": {"memory": "1Gi"}})) + "\n---\n"
     deepest = "a: " + "[" * 64 + "]" * 64 + "\n"  # the mapping is level 0, its value 1
-    out = swapwise("preview", "-f", "-", "-o", "json", stdin=deepest)
+    out = swapwise("preview", "-f", "-", "-o", "json", stdin=pod + deepest)
     assert out.returncode == 0, out.stderr
-    out = swapwise("preview", "-f", "-", "-o", "json", stdin="a: " + "[" * 65 + "]" * 65)
+    out = swapwise("preview", "-f", "-", "-o", "json", stdin=pod + "a: " + "[" * 65 + "]" * 65)
     assert out.stderr == "swapwise: <stdin>: nested deeper than 64 levels\n"
 
 
@@ -274,6 +277,42 @@ def test_preview_says_why_it_leaves_a_workload_alone(pod: dict[str, Any], args: 
     assert out.stderr == f"Note: Pod/p: left unchanged: {note}\n"
 
 
+@pytest.mark.parametrize("kind", ["Pod", "StatefulSet"])
+def test_preview_says_what_placement_it_adds_when_no_memory_changes(kind: str) -> None:
+    """A request only (no limit): the memory is left alone, yet a required swap-node
+    affinity was added with nothing on stderr; a StatefulSet with zonal volumes can then
+    go Pending."""
+    pod = pod_doc("p", {"requests": {"memory": "1Gi"}})
+    doc = pod if kind == "Pod" else {
+        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "p"},
+        "spec": {"serviceName": "p", "template": {"spec": pod["spec"]}}}
+    out = swapwise("preview", "-f", "-", "-o", "diff", stdin=json.dumps(doc))
+    assert out.returncode == 0, out.stderr
+    assert any(line.startswith("+") and line.endswith(f"- key: {SWAP}")
+               for line in out.stdout.splitlines()), out.stdout
+    assert out.stderr == (
+        f"Note: {kind}/p: no container's memory changes (each already gets swap), but "
+        "swapwise adds a required node affinity (placement.mode: required of profile "
+        f"default): it runs only on nodes with {SWAP}=true, and not on one marked "
+        "swapwise.io/memory-pressure; a workload whose volumes are bound to a zone "
+        "without such a node stays Pending (placement.mode: preferred or none in the "
+        "profile, or podSelector, leaves it out)\n"), out.stderr
+
+
+@pytest.mark.parametrize("stdin", ["", "# nothing\n", "---\n---\n",
+                                   "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n",
+                                   "just: some yaml\n"])
+def test_preview_of_input_without_a_workload_is_an_error_as_in_plan(stdin: str) -> None:
+    """An empty or non-manifest file: preview printed nothing and exited 0, plan said
+    "no Pod ... found" and exited 1."""
+    preview = swapwise("preview", "-f", "-", stdin=stdin)
+    plan = swapwise("plan", *PLAN, "-f", "-", stdin=stdin)
+    assert (preview.returncode, preview.stdout) == (1, "")
+    assert preview.stderr == plan.stderr == (
+        "swapwise: no Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet, Job or CronJob "
+        "found in the input\n")
+
+
 def test_preview_says_a_reshaped_pod_is_already_in_shape() -> None:
     first = swapwise("preview", "-f", str(EXAMPLES / "sandbox-pod.yaml"))
     again = swapwise("preview", "-f", "-", "-o", "diff", stdin=first.stdout)
@@ -316,6 +355,41 @@ def test_policy_check(tmp_path: Path) -> None:
     assert out.returncode == 1
     assert "profiles.a: give swapRatio or requestRatio, not both" in out.stderr
     assert "profiles.b.minRequest: '1X' is not a valid quantity" in out.stderr
+
+
+def test_policy_check_gives_every_error_at_once_each_with_its_range_and_why(
+        tmp_path: Path) -> None:
+    """pydantic's words ("Input should be less than 1") without the valid range or the reason,
+    and a namespace override's errors only once the profiles' were fixed."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("apiVersion: swapwise.io/v1alpha1\nkind: SwapPolicy\nprofiles:\n"
+                   "  a: {requestRatio: 1.5, placement: {weight: 0}}\n"
+                   "  b: {maxLimitRequestRatio: 1}\n"
+                   "namespaces:\n  team-a: {swapRatio: -1}\n")
+    out = swapwise("policy", "check", str(bad))
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr.splitlines() == [
+        f"{bad}: invalid policy",
+        "  profiles.a.requestRatio: 1.5 is out of range: valid is above 0 and below 1 (request "
+        "= limit \u00d7 requestRatio: 0 is no request, 1 or more lowers none)",
+        "  profiles.a.placement.weight: 0 is out of range: valid is 1 to 100 (the scheduler's "
+        "range for the weight of a preferred term)",
+        "  profiles.b.maxLimitRequestRatio: 1 is out of range: valid is above 1 (the largest "
+        "limit ÷ request, as a LimitRange's: 1 or less leaves no request below a limit)",
+        "  namespaces.team-a.swapRatio: -1 is out of range: valid is above 0 (node swap ÷ node "
+        "RAM on the swap nodes: 0 or less gives no swap)",
+    ], out.stderr
+
+
+def test_policy_check_reads_stdin_as_preview_and_plan_do() -> None:
+    text = (EXAMPLES / "policy.yaml").read_text()
+    out = swapwise("policy", "check", "-", stdin=text)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("<stdin>: valid; profiles: ci, default, sandbox")
+    out = swapwise("policy", "check", "-", stdin=text.replace("swapRatio: 2", "swapRatio: 0"))
+    assert out.returncode == 1
+    assert out.stderr.startswith("<stdin>: invalid policy\n  profiles.")
+    assert "swapRatio: 0 is out of range" in out.stderr
 
 
 def test_certs(tmp_path: Path) -> None:
@@ -368,16 +442,29 @@ def test_dev_certs_keep_a_service_certificate(tmp_path: Path) -> None:
     assert (tmp_path / "certs" / "ca.crt").read_bytes() == ca
 
 
-def test_dev_certs_say_when_the_ca_changes(tmp_path: Path) -> None:
+def test_dev_certs_keep_their_ca_when_a_new_address_is_needed(tmp_path: Path) -> None:
+    """A new address gets a serving certificate from the same CA (issue 46: a new CA broke
+    every caBundle made from the old one); only a directory without the CA's key (made
+    before swapwise kept it) gets a new CA, and says so."""
     from webhook import certs
 
-    first, reason = certs.ensure_dev_certs(tmp_path, [], [])
-    assert reason is None
+    first, made = certs.ensure_dev_certs(tmp_path, [], [])
+    assert made is None
     ca = first.ca.read_bytes()
-    again, reason = certs.ensure_dev_certs(tmp_path, [], [])
-    assert reason is None and again.ca.read_bytes() == ca
-    _, reason = certs.ensure_dev_certs(tmp_path, [], ["10.1.2.3"])
-    assert reason is not None and "new CA" in reason and "caBundle" in reason
+    assert stat.S_IMODE(os.stat(tmp_path / "ca.key").st_mode) == 0o600
+    again, made = certs.ensure_dev_certs(tmp_path, [], [])
+    assert made is None and again.ca.read_bytes() == ca
+    _, made = certs.ensure_dev_certs(tmp_path, ["dev.example"], ["10.1.2.3"])
+    assert made is not None and "issued a new serving certificate from the existing CA" in made
+    assert "new CA" not in made and first.ca.read_bytes() == ca
+    cert = x509.load_pem_x509_certificate(first.cert.read_bytes())
+    cert.verify_directly_issued_by(x509.load_pem_x509_certificate(ca))
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "dev.example" in san.get_values_for_type(x509.DNSName)
+    assert {"10.1.2.3", "127.0.0.1"} <= {str(a) for a in san.get_values_for_type(x509.IPAddress)}
+    (tmp_path / "ca.key").unlink()  # a directory of an earlier swapwise
+    _, made = certs.ensure_dev_certs(tmp_path, [], ["10.1.2.4"])
+    assert made is not None and "new CA" in made and "caBundle" in made
     assert first.ca.read_bytes() != ca
 
 
@@ -442,6 +529,77 @@ def test_a_serve_that_cannot_listen_writes_nothing_and_keeps_the_running_servers
         server.stop()
 
 
+def presented(host: str, port: int) -> bytes:
+    """The certificate a server presents (DER), unverified."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    with socket.create_connection((host, port), timeout=5) as raw, \
+            context.wrap_socket(raw) as tls:
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return der
+
+
+def test_serve_on_another_address_keeps_the_ca_and_issues_a_certificate_from_it(
+        tmp_path: Path) -> None:
+    """`serve --host <an address the machine has>` made a new CA while another server was
+    running: that server reloaded the new certificate, and clients holding the old ca.crt
+    failed. The CA is kept; a serving certificate with the added address is issued from it,
+    naming every name and address of the old one, so both servers serve it."""
+    first = DevServer(tmp_path)
+    second = None
+    try:
+        ca = (tmp_path / "certs" / "ca.crt").read_bytes()
+        old = x509.load_pem_x509_certificate((tmp_path / "certs" / "tls.crt").read_bytes())
+        port = free_port()
+        second = subprocess.Popen(
+            [SWAPWISE, "serve", "--host", "127.0.0.2", "--port", str(port),
+             "--drain-seconds", "0"], cwd=tmp_path, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE, text=True)
+        context = ssl.create_default_context(cafile=str(tmp_path / "certs" / "ca.crt"))
+        context.check_hostname = False  # an address, not a name: the SANs are checked below
+
+        def second_serves() -> bool:
+            assert second is not None and second.poll() is None, "the second server exited"
+            try:
+                with urllib.request.urlopen(f"https://127.0.0.2:{port}/readyz",
+                                            context=context, timeout=2) as answer:
+                    return bool(answer.status == 200)
+            except (OSError, ssl.SSLError):
+                return False
+
+        deadline = time.monotonic() + 30
+        while not second_serves():
+            assert time.monotonic() < deadline, "the second server never served"
+            time.sleep(0.2)
+        assert (tmp_path / "certs" / "ca.crt").read_bytes() == ca
+        new_pem = (tmp_path / "certs" / "tls.crt").read_bytes()
+        new = x509.load_pem_x509_certificate(new_pem)
+        new.verify_directly_issued_by(x509.load_pem_x509_certificate(ca))
+
+        def sans(cert: x509.Certificate) -> set[str]:
+            san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+            return {str(v) for v in [*san.get_values_for_type(x509.DNSName),
+                                     *san.get_values_for_type(x509.IPAddress)]}
+
+        assert sans(new) == sans(old) | {"127.0.0.2"}
+        # The first server reloads the new certificate (its watcher), and its clients, who
+        # hold the old ca.crt, still verify it.
+        new_der = new.public_bytes(serialization.Encoding.DER)
+        deadline = time.monotonic() + 30
+        while presented("127.0.0.1", first.port) != new_der:
+            assert time.monotonic() < deadline, "the first server never reloaded"
+            time.sleep(0.2)
+        assert first.serves_its_ca()
+    finally:
+        first.stop()
+        if second is not None:
+            second.terminate()
+            _, err = second.communicate(timeout=30)
+            assert "issued a new serving certificate" in err and "new CA" not in err, err
+
+
 def test_serve_on_a_port_in_use_names_it_with_a_hint(tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -459,6 +617,45 @@ def test_certs_bad_ip(tmp_path: Path) -> None:
     out = swapwise("certs", "--service", "s", "--namespace", "n", "--out", str(tmp_path),
                    "--ip", "not-an-ip")
     assert out.returncode == 1 and "not an IP address" in out.stderr
+    out = swapwise("certs", "--service", "s", "--namespace", "n", "--out", str(tmp_path),
+                   "--days", "3000000")
+    assert out.returncode == 1 and "--days must be from 1 to 36500" in out.stderr, out.stderr
+
+
+def test_certs_into_a_path_it_cannot_write_is_a_clear_error(tmp_path: Path) -> None:
+    """--out an existing file, or below one, or where nothing can be created: tracebacks."""
+    existing = tmp_path / "a-file"
+    existing.write_text("mine\n")
+    for out, reason in ((existing, "exists and is not a directory"),
+                        (existing / "certs", "Not a directory"),
+                        (Path("/proc/swapwise-certs"), "No such file or directory")):
+        result = swapwise("certs", "--service", "s", "--namespace", "n", "--out", str(out))
+        assert result.returncode == 1, result.stderr
+        assert result.stderr.startswith(f"swapwise: --out {out}: "), result.stderr
+        assert reason in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert existing.read_text() == "mine\n"
+
+
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--service", "Bad_Name", "not a Service name"),
+    ("--service", "9lives", "not a Service name"),
+    ("--service", "a" * 64, "not a Service name"),
+    ("--namespace", "Team", "not a namespace name"),
+    ("--dns", "web hook.example", "not a DNS name"),
+])
+def test_certs_refuse_names_kubernetes_would_not_accept(
+        flag: str, value: str, message: str, tmp_path: Path) -> None:
+    """A certificate for a name no Service can have would never be served: refused before
+    anything is written."""
+    args = {"--service": "swapwise", "--namespace": "team"}
+    extra = ["--dns", value] if flag == "--dns" else []
+    if flag != "--dns":
+        args[flag] = value
+    out = swapwise("certs", *[w for pair in args.items() for w in pair], *extra,
+                   "--out", str(tmp_path / "out"))
+    assert out.returncode == 1 and message in out.stderr, out.stderr
+    assert out.stderr.startswith(f"swapwise: {flag} "), out.stderr
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize(

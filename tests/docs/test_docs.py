@@ -280,7 +280,8 @@ def test_the_tour_works_with_the_example_policy_it_offers(scratch: Path) -> None
                                                                      "/mutate/nope"))
         out = run(unknown, scratch, server.port)
         assert out.returncode == 0, out.stderr
-        assert out.stdout == ("[\"swapwise: unknown profile 'nope'; pod left unchanged\"]\n"), \
+        assert out.stdout == ("[\"swapwise: unknown profile 'nope'; pod left unchanged; the "
+                              "policy has: ci, default, sandbox\"]\n"), \
             out.stdout
     finally:
         server.stop()
@@ -317,7 +318,9 @@ def test_make_help_lists_every_documented_target() -> None:
             if doc:
                 documented.append(line.split(":")[0])
             doc = False
-    assert {"run", "test", "unit", "e2e", "image", "demo", "help"} <= set(documented)
+    # lint, venv, clean and e2e-1.37 were missing from it (issue 46)
+    assert {"run", "test", "unit", "e2e", "image", "demo", "help", "lint", "venv", "clean",
+            "e2e-1.37", "release"} <= set(documented)
     out = subprocess.run(["make", "-s", "--no-print-directory", "help"], cwd=docs.REPO,
                          capture_output=True, text=True, timeout=60, check=True).stdout
     listed = [line.split()[0] for line in out.splitlines() if line.startswith("  ") and
@@ -335,3 +338,14 @@ def test_the_guide_says_the_example_pod_stays_pending_until_a_node_has_both_labe
     flat = " ".join(after.split())
     assert "stays **Pending** until a node carries both labels" in flat
     assert "`swapwise.io/swap-node=true` and `swapwise.io/swap-permille`" in flat
+
+
+def test_the_readme_says_what_happens_when_the_webhook_is_down() -> None:
+    """A new user could not tell from the README (issue 46)."""
+    text = " ".join((docs.REPO / "README.md").read_text().split())
+    start = text.index("**When the webhook is down**")
+    said = text[start:text.index("## ", start)]
+    for words in ("`failurePolicy: Ignore`", "creates the pod as it was written, not reshaped",
+                  "`swapwise audit` lists those pods", "`webhook.failurePolicy: Fail`",
+                  "refuses pod creation in opted-in namespaces"):
+        assert words in said, words

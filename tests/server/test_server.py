@@ -121,7 +121,8 @@ def test_unknown_profile_allowed_with_warning(client: httpx.Client) -> None:
     response = admit(client, body, "no-such-profile")
     assert response["allowed"] is True and "patch" not in response
     assert response["warnings"] == [
-        "swapwise: unknown profile 'no-such-profile'; pod left unchanged"]
+        "swapwise: unknown profile 'no-such-profile'; pod left unchanged; the policy has: ci, "
+        "sandbox"]
 
 
 def test_skipped_pod_is_allowed_without_patch(client: httpx.Client) -> None:

@@ -74,6 +74,7 @@ class Evidence:
     stall_peak_p95: float | None = None
     swap_max_bytes: float | None = None
     observed_request_ratio: float | None = None  # median request / limit
+    containers_left_out: int = 0  # of reshaped pods, with figures no memory can have
 
     def as_dict(self) -> dict[str, Any]:
         return {name: (round(value, 4) if isinstance(value, float) else value)
@@ -162,9 +163,25 @@ def _evidence(found: list[ContainerUsage], left_out: int) -> Evidence:
     )
 
 
+MIN_REQUEST_RATIO = Fraction(1, 100)  # the smallest ratio a recommendation is written with
+
+
 def _rounded(ratio: float) -> Fraction:
-    """A request ratio to two decimals, rounded up: toward the larger request, the safe side."""
-    return Fraction(min(math.ceil(ratio * 100 - 1e-9), round(MAX_REQUEST_RATIO * 100)), 100)
+    """A request ratio to two decimals, rounded up: toward the larger request, the safe side;
+    within MIN_REQUEST_RATIO and MAX_REQUEST_RATIO whatever the figures (a ratio of 0 is no
+    request at all, and a knob of 1/0)."""
+    if not math.isfinite(ratio) or ratio >= MAX_REQUEST_RATIO:
+        return MAX_REQUEST_RATIO
+    return max(MIN_REQUEST_RATIO, Fraction(math.ceil(ratio * 100 - 1e-9), 100))
+
+
+def _observed(evidence: Evidence) -> Fraction | None:
+    """The request/limit the pods ran with, when it is a request ratio (0 < r < 1)."""
+    observed = evidence.observed_request_ratio
+    if observed is None or not math.isfinite(observed):
+        return None
+    ratio = Fraction(observed).limit_denominator(1000)
+    return ratio if 0 < ratio < 1 else None
 
 
 def _knob_value(ratio: Fraction, knob: Knob) -> Fraction:
@@ -198,8 +215,7 @@ def decide(name: str, current: Fraction, knob: Knob, evidence: Evidence,
     peak = evidence.stall_peak_p95 if evidence.stall_peak_p95 is not None else stall
     assert ratio is not None and stall is not None and peak is not None
     above = evidence.above_request_share or 0.0
-    base = (Fraction(evidence.observed_request_ratio).limit_denominator(1000)
-            if evidence.observed_request_ratio else current)
+    base = _observed(evidence) or current
     facts = (f"working set p95 {ratio:.0%} of the request, above it {above:.0%} of the "
              f"time; waited for memory {stall:.1%} of the time (p95), {peak:.1%} at the "
              f"worst")
@@ -242,31 +258,45 @@ def decide(name: str, current: Fraction, knob: Knob, evidence: Evidence,
         f"the request fits the hot memory: {facts}",), evidence)
 
 
+def _dropped_reason(dropped: Mapping[str, int]) -> str:
+    """``7 container(s) left out: working set 0 bytes or below (5), no memory request (2)``."""
+    counts = sorted(dropped.items(), key=lambda item: (-item[1], item[0]))
+    return (f"{sum(dropped.values())} container(s) left out: "
+            + ", ".join(f"{why} ({count})" for why, count in counts))
+
+
 def recommend(usage: list[ContainerUsage], policy: Policy, knobs: Mapping[str, Knob],
-              min_pods: int = DEFAULT_MIN_PODS, min_samples: int = DEFAULT_MIN_SAMPLES
+              min_pods: int = DEFAULT_MIN_PODS, min_samples: int = DEFAULT_MIN_SAMPLES,
+              dropped: Mapping[tuple[str, str], int] | None = None,
               ) -> list[Recommendation]:
     """One recommendation per profile of the policy, from the containers it reshaped.
 
     Pods in a namespace that overrides the profile (the policy's ``namespaces``) ran with
     other ratios: they are counted, not weighed. Profiles seen on pods but missing from the
     policy are reported as ``insufficient-data`` so a stale annotation does not go unseen.
+    ``dropped`` (:attr:`~webhook.analysis.usage.Usage.dropped`): the containers left out for
+    figures no memory can have, said in each profile's reasons.
     """
     overridden = {(profile, namespace) for profile, namespace in policy.overrides}
+    lost: dict[str, dict[str, int]] = {}
+    for (profile_name, why), count in (dropped or {}).items():
+        lost.setdefault(profile_name, {})[why] = count
     found: list[Recommendation] = []
-    for name in sorted(set(policy.profiles) | {c.profile for c in usage}):
+    for name in sorted(set(policy.profiles) | {c.profile for c in usage} | set(lost)):
         own = [c for c in usage if c.profile == name]
         kept = [c for c in own if (name, c.namespace) not in overridden]
         left_out = len({(c.namespace, c.pod) for c in own}) - len(
             {(c.namespace, c.pod) for c in kept})
-        evidence = _evidence(kept, left_out)
+        evidence = replace(_evidence(kept, left_out),
+                           containers_left_out=sum(lost.get(name, {}).values()))
         profile = policy.profiles.get(name)
         if profile is None:
-            observed = evidence.observed_request_ratio
-            ratio = (Fraction(observed).limit_denominator(1000) if observed
-                     else DEFAULT_REQUEST_RATIO)
-            found.append(Recommendation(name, "insufficient-data", "swapRatio", ratio, None, (
-                f"{evidence.pods} pod(s) carry this profile, which the policy does not "
-                "have (renamed or removed?)",), evidence))
+            found.append(Recommendation(
+                name, "insufficient-data", "swapRatio",
+                _observed(evidence) or DEFAULT_REQUEST_RATIO, None,
+                (f"{evidence.pods} pod(s) carry this profile, which the policy does not "
+                 "have (renamed or removed?)",
+                 *([_dropped_reason(lost[name])] if name in lost else [])), evidence))
             continue
         decided = decide(name, profile.request_ratio, knobs.get(name, "swapRatio"), evidence,
                          min_pods, min_samples)
@@ -274,5 +304,7 @@ def recommend(usage: list[ContainerUsage], policy: Policy, knobs: Mapping[str, K
             decided = replace(decided, reasons=(*decided.reasons, (
                 f"{left_out} pod(s) in namespaces that override the profile were left out: "
                 "they ran with other ratios")))
+        if name in lost:
+            decided = replace(decided, reasons=(*decided.reasons, _dropped_reason(lost[name])))
         found.append(decided)
     return found

@@ -1,9 +1,10 @@
 """What reshaped containers really did, from Prometheus: ``swapwise tune``'s evidence.
 
 Pure (no I/O): :func:`queries` says what to ask Prometheus' ``/api/v1/query`` over a window,
-:func:`containers` turns the answers (each query's ``data.result``, a vector) into one
-:class:`ContainerUsage` per container of a reshaped pod, and :func:`missing_metrics` says
-which source is not scraped when an answer is empty. :mod:`webhook.cli.tune` sends them.
+:func:`vector` keeps the well-formed part of an answer (each query's ``data.result``),
+:func:`read` turns the answers into one :class:`ContainerUsage` per container of a reshaped
+pod (and counts the ones it leaves out, with why), and :func:`missing_metrics` says which
+source is not scraped when an answer is empty. :mod:`webhook.cli.tune` sends them.
 
 Two sources, both what clusters already scrape (kube-prometheus-stack does by default):
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.engine.pod import PROFILE_ANNOTATION
@@ -148,27 +149,81 @@ class ContainerUsage:
         return self.namespace, self.pod, self.container
 
 
+@dataclass(frozen=True)
+class Usage:
+    """What :func:`read` made of the answers: the containers to judge, and the containers of
+    reshaped pods it left out, counted per (profile, why), so a profile never shows "0 pods"
+    without a word of what was dropped."""
+
+    containers: list[ContainerUsage]
+    dropped: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+# No memory figure of a container is above 2^63 bytes (8 EiB: Kubernetes quantities and
+# cgroup counters are 64-bit) or below one byte; such a figure is a broken exporter, and the
+# arithmetic of a decision on it overflows or divides by zero.
+MAX_BYTES = float(2**63)
+Key = tuple[str, str, str]
+
+
+def vector(result: Any) -> tuple[list[dict[str, Any]], int]:
+    """The well-formed elements of an instant vector (``{"metric": {label: text},
+    "value": [time, text]}``), and how many others there were. What passes is flat, so
+    nothing after it can recurse on a structure an upstream nested thousands deep."""
+    if not isinstance(result, list):
+        return [], 0
+    kept = []
+    for element in result:
+        if not isinstance(element, dict):
+            continue
+        labels, value = element.get("metric"), element.get("value")
+        if isinstance(labels, dict) and all(isinstance(k, str) and isinstance(v, str)
+                                            for k, v in labels.items()) \
+                and isinstance(value, list) and len(value) == 2 \
+                and isinstance(value[0], int | float) and not isinstance(value[0], bool) \
+                and isinstance(value[1], str):
+            kept.append({"metric": labels, "value": value})
+    return kept, len(result) - len(kept)
+
+
+def _raw_number(result: Mapping[str, Any]) -> float | None:
+    """An instant vector element's value as a float (inf and NaN included); None when
+    absent or unreadable."""
+    try:
+        return float(result["value"][1])
+    except (KeyError, IndexError, TypeError, ValueError, OverflowError):
+        return None
+
+
 def _number(result: Mapping[str, Any]) -> float | None:
     """An instant vector element's value; None when absent, malformed or not finite."""
-    try:
-        value = float(result["value"][1])
-    except (KeyError, IndexError, TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
+    value = _raw_number(result)
+    return value if value is not None and math.isfinite(value) else None
 
 
-def _per_key(answer: list[dict[str, Any]] | None) -> dict[tuple[str, str, str], float]:
-    found: dict[tuple[str, str, str], float] = {}
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _per_key(answer: list[dict[str, Any]] | None) -> tuple[dict[Key, float], dict[Key, float]]:
+    """Per container, the highest finite value of its series, and apart from those the
+    values that are no finite number (a container may have both: the finite one counts)."""
+    found: dict[Key, float] = {}
+    odd: dict[Key, float] = {}
     for result in answer or []:
         labels = result.get("metric") if isinstance(result, Mapping) else None
-        value = _number(result) if isinstance(result, Mapping) else None
+        value = _raw_number(result) if isinstance(result, Mapping) else None
         if not isinstance(labels, Mapping) or value is None:
             continue
-        key = (str(labels.get("namespace", "")), str(labels.get("pod", "")),
-               str(labels.get("container", "")))
-        if all(key):
+        key = (_text(labels.get("namespace")), _text(labels.get("pod")),
+               _text(labels.get("container")))
+        if not all(key):
+            continue
+        if math.isfinite(value):
             found[key] = max(value, found.get(key, value))
-    return found
+        else:
+            odd[key] = value
+    return found, odd
 
 
 def _profiles(answer: list[dict[str, Any]] | None) -> dict[tuple[str, str], str]:
@@ -177,40 +232,80 @@ def _profiles(answer: list[dict[str, Any]] | None) -> dict[tuple[str, str], str]
         labels = result.get("metric") if isinstance(result, Mapping) else None
         if not isinstance(labels, Mapping):
             continue
-        namespace, pod = str(labels.get("namespace", "")), str(labels.get("pod", ""))
-        profile = str(labels.get(PROFILE_LABEL, ""))
+        namespace, pod = _text(labels.get("namespace")), _text(labels.get("pod"))
+        profile = _text(labels.get(PROFILE_LABEL))
         if namespace and pod and profile:
             found[(namespace, pod)] = profile
     return found
 
 
-def containers(answers: Mapping[str, list[dict[str, Any]] | None]) -> list[ContainerUsage]:
+def _bytes(name: str, figure: tuple[dict[Key, float], dict[Key, float]], key: Key
+           ) -> tuple[float | None, str | None]:
+    """A memory figure of ``key``, or why it cannot be one."""
+    found, odd = figure
+    value = found.get(key)
+    if value is None:
+        return None, (f"{name} not a finite number" if key in odd else f"no {name} figure")
+    if value <= 0:
+        return None, f"{name} 0 bytes or below"
+    if value < 1:
+        return None, f"{name} below one byte"
+    if value > MAX_BYTES:
+        return None, f"{name} above 8 EiB"
+    return value, None
+
+
+def _optional_bytes(value: float | None, at_least: float = 0) -> float | None:
+    """A figure that may be missing: kept only when it is one memory can have."""
+    return value if value is not None and at_least <= value <= MAX_BYTES else None
+
+
+def read(answers: Mapping[str, list[dict[str, Any]] | None]) -> Usage:
     """Every container of a pod with a profile annotation, a memory request and working-set
-    samples in the window; partial answers leave the figures they lack as None."""
+    samples in the window; partial answers leave the figures they lack as None. A container
+    of such a pod whose request or working set is no memory at all (0, negative, not finite,
+    below a byte, above 8 EiB) is left out and counted, with why."""
     profiles = _profiles(answers.get("profile"))
     figures = {name: _per_key(answers.get(name)) for name in
                ("request", "limit", "samples", "working_set_p95", "working_set_max",
                 "above_request", "swap_max", "stall", "stall_peak")}
     found = []
-    for key, samples in sorted(figures["samples"].items()):
+    dropped: dict[tuple[str, str], int] = {}
+    samples_found, samples_odd = figures["samples"]
+    for key in sorted(samples_found.keys() | samples_odd.keys()):
         profile = profiles.get(key[:2])
-        request = figures["request"].get(key)
-        p95 = figures["working_set_p95"].get(key)
-        if profile is None or not request or request <= 0 or p95 is None or samples < 1:
+        if profile is None:  # not a reshaped pod: not swapwise's to judge
             continue
+        samples = samples_found.get(key)
+        request, problem = _bytes("memory request", figures["request"], key)
+        p95, ws_problem = _bytes("working set", figures["working_set_p95"], key)
+        problem = problem or ws_problem or (
+            "working-set sample count not a finite number" if samples is None else
+            "no working-set samples" if samples < 1 else None)
+        if problem is not None or request is None or p95 is None or samples is None:
+            why = problem or "unreadable"
+            dropped[(profile, why)] = dropped.get((profile, why), 0) + 1
+            continue
+        limit = _optional_bytes(figures["limit"][0].get(key), at_least=request)
+        ws_max = _optional_bytes(figures["working_set_max"][0].get(key)) or p95
+        above = figures["above_request"][0].get(key)
         found.append(ContainerUsage(
             namespace=key[0], pod=key[1], container=key[2], profile=profile,
-            request=request, limit=figures["limit"].get(key), samples=int(samples),
-            working_set_p95=p95,
-            working_set_max=figures["working_set_max"].get(key, p95),
-            above_request=figures["above_request"].get(key),
-            swap_max=figures["swap_max"].get(key),
-            stall=_share(figures["stall"].get(key)),
-            stall_peak=_share(figures["stall_peak"].get(key)),
+            request=request, limit=limit, samples=int(min(samples, MAX_BYTES)),
+            working_set_p95=p95, working_set_max=max(ws_max, p95),
+            above_request=_share(above),
+            swap_max=_optional_bytes(figures["swap_max"][0].get(key)),
+            stall=_share(figures["stall"][0].get(key)),
+            stall_peak=_share(figures["stall_peak"][0].get(key)),
         ))
-    return found
+    return Usage(found, dropped)
+
+
+def containers(answers: Mapping[str, list[dict[str, Any]] | None]) -> list[ContainerUsage]:
+    """:func:`read`'s containers."""
+    return read(answers).containers
 
 
 def _share(value: float | None) -> float | None:
-    """A PSI rate as a share of time: a counter's rate can overshoot 1 by scrape jitter."""
+    """A share of time, within 0-1: a counter's rate can overshoot 1 by scrape jitter."""
     return None if value is None else min(max(value, 0.0), 1.0)

@@ -1,10 +1,15 @@
 """``swapwise audit``: what in a running cluster needs action, read-only.
 
-The I/O is here (lightkube lists, through webhook/base/kubeapi.py); every decision is
+The I/O is here (paged lists through :mod:`webhook.base.kubeapi`); every decision is
 :func:`webhook.analysis.audit.audit`. Exit status 1 when a finding needs action, 2 when the audit
 could not be made (a bad argument or policy file, the cluster could not be read, or what it
 returned could not be judged): never a traceback, never 1. Read-only: the RBAC it needs is
 in docs/audit.md.
+
+The API server is an upstream like any other (:mod:`webhook.base.upstream`): ``--timeout``
+bounds the whole read, every page and retry included; a busy server is retried with backoff,
+each retry said on stderr; and every string the cluster returns is escaped before it is
+printed (annotations and error messages are anyone's text).
 """
 
 from __future__ import annotations
@@ -15,8 +20,11 @@ import json
 import sys
 from typing import Any
 
+from webhook.base.upstream import Backoff, Deadline, DeadlineExceeded, shown
 from webhook.cli.common import CommandError, fail, policy_from
 from webhook.profile import SWAP_LABEL
+
+DEFAULT_TIMEOUT = 300.0
 
 
 def register(subcommands: Any) -> None:
@@ -36,41 +44,44 @@ def register(subcommands: Any) -> None:
                              "release swapwise)")
     parser.add_argument("--label", default=f"{SWAP_LABEL}=true",
                         help=f"the swap-node label, key=value (default {SWAP_LABEL}=true)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                        help="seconds reading the cluster may take in all, every list, page "
+                             f"and retry included (default {DEFAULT_TIMEOUT:g})")
     parser.add_argument("-o", "--output", choices=["table", "json"], default="table")
     parser.set_defaults(func=run)
 
 
 async def fetch(kubeconfig: str | None) -> Any:
     """List what the audit reads: Namespaces and Nodes, and in each opted-in namespace its
-    Pods, ReplicaSets, HPAs, VPAs (when the API is served), LimitRanges, ResourceQuotas."""
+    Pods, ReplicaSets, HPAs, VPAs (when the API is served), LimitRanges, ResourceQuotas.
+
+    Each list is paged and bounded (:func:`~webhook.base.kubeapi.list_objects`); a failure
+    the server may recover from is retried after a delay that grows until a page arrives,
+    and said on stderr. The whole is bounded by the caller (``--timeout``)."""
     # Imported here: only the commands that talk to a cluster need the client.
-    from lightkube import ApiError
     from lightkube.generic_resource import create_namespaced_resource
     from lightkube.resources.apps_v1 import ReplicaSet
     from lightkube.resources.autoscaling_v2 import HorizontalPodAutoscaler
     from lightkube.resources.core_v1 import LimitRange, Namespace, Node, Pod, ResourceQuota
 
     from webhook.analysis.audit import Cluster, opted_in
-    from webhook.base.kubeapi import make_client
+    from webhook.base.kubeapi import NotServed, list_objects, make_client
 
     vpa_kind = create_namespaced_resource(
         "autoscaling.k8s.io", "v1", "VerticalPodAutoscaler", "verticalpodautoscalers")
+    backoff = Backoff(report=lambda line: print(f"swapwise: audit: {line}", file=sys.stderr))
     client = make_client(kubeconfig)
     try:
-        async def listing(resource: Any, namespace: str | None = None) -> list[dict[str, Any]]:
-            items = []
-            found = (client.list(resource) if namespace is None
-                     else client.list(resource, namespace=namespace))
-            async for obj in found:
-                items.append(obj.to_dict() if hasattr(obj, "to_dict") else dict(obj))
-            return items
+        async def listing(resource: Any, namespace: str | None = None) -> list[Any]:
+            return await list_objects(client, resource, namespace, backoff=backoff)
 
         namespaces = await listing(Namespace)
         nodes = await listing(Node)
         cluster: dict[str, Any] = {"namespaces": namespaces, "nodes": nodes, "pods": [],
                                    "replicasets": [], "hpas": [], "vpas": [],
                                    "limitranges": [], "quotas": []}
-        for name in opted_in(namespaces):
+        # The audit's own reader: a listing of the wrong shape is said, not traced back.
+        for name in opted_in(o for o in namespaces if isinstance(o, dict)):
             cluster["pods"] += await listing(Pod, name)
             cluster["replicasets"] += await listing(ReplicaSet, name)
             cluster["hpas"] += await listing(HorizontalPodAutoscaler, name)
@@ -79,48 +90,54 @@ async def fetch(kubeconfig: str | None) -> Any:
             if cluster["vpas"] is not None:
                 try:
                     cluster["vpas"] += await listing(vpa_kind, name)
-                except Exception as exc:
-                    if not _not_found(exc, ApiError):  # 404: the API is not served: skip
-                        raise
+                except NotServed:  # the VPA API is not installed: the check is skipped
                     cluster["vpas"] = None
         return Cluster(**cluster)
     finally:
         await client.close()
 
 
-def _not_found(exc: Exception, api_error: type[Exception]) -> bool:
-    """A 404: as a Kubernetes Status (ApiError), or the plain-text one the API server
-    gives for a group/version it does not serve (an HTTP status error of the transport)."""
-    if isinstance(exc, api_error):
-        return getattr(getattr(exc, "status", None), "code", None) == 404
-    response = getattr(exc, "response", None)
-    return getattr(response, "status_code", None) == 404
+def _read_error(exc: Exception) -> str:
+    """Why the cluster could not be read, one line, escaped: the API server's message is
+    anyone's text (a webhook's or an aggregated API's denial)."""
+    from webhook.base.kubeapi import KubeError
+    from webhook.base.upstream import BodyTooLarge, PagingError
+
+    if isinstance(exc, KubeError | PagingError | BodyTooLarge):
+        hint = ("; the ClusterRole it needs: docs/audit.md"
+                if isinstance(exc, KubeError) and exc.status in (401, 403) else "")
+        return shown(exc, 1000) + hint
+    return f"{type(exc).__name__}: {shown(exc, 1000)}"
 
 
 def render_table(report: Any, policy_source: str) -> str:
-    lines = [f"policy: {policy_source}" + (
+    """The report as a table; every string that came from the cluster (names, label values,
+    annotations carried into messages) escaped, so none reaches the terminal as a control
+    sequence or a line of its own."""
+    lines = [f"policy: {shown(policy_source, 2000)}" + (
         " (give the webhook's with --policy FILE)" if policy_source == "built-in" else "")]
     if report.namespaces:
-        opted = ", ".join(f"{ns} ({profile})" for ns, profile in report.namespaces.items())
+        opted = ", ".join(f"{shown(ns)} ({shown(profile)})"
+                          for ns, profile in report.namespaces.items())
         lines.append(f"opted-in namespaces: {opted}")
     else:
         lines.append("opted-in namespaces: none (no namespace has the label "
                      "swapwise.io/profile)")
     for reason in report.skipped:
-        lines.append(f"skipped: {reason}")
+        lines.append(f"skipped: {shown(reason, 2000)}")
     if not report.findings:
         lines.append("nothing needs action")
         return "\n".join(lines) + "\n"
     rows = [["CHECK", "NAMESPACE", "OBJECT", "OWNER", "ACTION"]]
     for f in report.findings:
-        rows.append([f.check, f.namespace or "-", f.object, f.owner or "-",
+        rows.append([f.check, shown(f.namespace or "-"), shown(f.object), shown(f.owner or "-"),
                      "yes" if f.action else "no"])
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines.append("")
     for index, row in enumerate(rows):
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
         if index:
-            lines.append(f"    {report.findings[index - 1].message}")
+            lines.append(f"    {shown(report.findings[index - 1].message, 10000)}")
     needing = sum(f.action for f in report.findings)
     lines += ["", f"{len(report.findings)} finding(s), {needing} needing action"]
     return "\n".join(lines) + "\n"
@@ -138,16 +155,23 @@ def run(args: argparse.Namespace) -> int:
     except CommandError as exc:
         fail(str(exc))
         return 2
+    if not args.timeout > 0:  # also NaN
+        fail(f"--timeout {args.timeout:g}: must be a positive number of seconds")
+        return 2
+    deadline = Deadline(args.timeout, "reading the cluster")
     try:
-        cluster = asyncio.run(fetch(args.kubeconfig))
+        cluster = asyncio.run(deadline.run(fetch(args.kubeconfig)))
+    except DeadlineExceeded as exc:
+        fail(f"audit: cannot read the cluster: {exc} (--timeout)")
+        return 2
     except Exception as exc:  # no kubeconfig, unreachable server, forbidden: say which
-        fail(f"audit: cannot read the cluster: {type(exc).__name__}: {exc}")
+        fail(f"audit: cannot read the cluster: {_read_error(exc)}")
         return 2
     try:
         report = audit(cluster, policy, (key, value))
     except Exception as exc:  # a shape of cluster data no check foresaw: a bug, said as one
         fail(f"audit: cannot judge what the cluster returned ({type(exc).__name__}: "
-             f"{str(exc)[:200]}); this is a swapwise bug, please report it")
+             f"{shown(exc, 200)}); this is a swapwise bug, please report it")
         return 2
     if args.output == "json":
         document = {"policy": policy.source, **report.to_json()}

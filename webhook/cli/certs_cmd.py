@@ -4,11 +4,36 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import re
 from pathlib import Path
 from typing import Any
 
 from webhook import certs
 from webhook.cli.common import fail
+
+MAX_DAYS = 36500
+# What the API server accepts: a Service name is a DNS-1035 label (it starts with a letter),
+# a namespace a DNS-1123 label, a certificate's extra name a DNS-1123 subdomain (a leading
+# "*." for a wildcard).
+_SERVICE = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_LABEL = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+_DNS = re.compile(rf"(\*\.)?{_LABEL}(\.{_LABEL})*")
+
+
+def name_problem(service: str, namespace: str, dns: list[str]) -> str | None:
+    """Why a certificate for these names could never be served, or None."""
+    if not _SERVICE.fullmatch(service):
+        return (f"--service {service!r} is not a Service name (lowercase letters, digits and "
+                "'-', starting with a letter, at most 63 characters)")
+    if not _NAMESPACE.fullmatch(namespace):
+        return (f"--namespace {namespace!r} is not a namespace name (lowercase letters, digits "
+                "and '-', at most 63 characters)")
+    for name in dns:
+        if len(name) > 253 or not _DNS.fullmatch(name):
+            return (f"--dns {name!r} is not a DNS name (dot-separated labels of lowercase "
+                    "letters, digits and '-')")
+    return None
 
 
 def register(subcommands: Any) -> None:
@@ -35,21 +60,32 @@ def register(subcommands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.days < 1:
-        return fail("--days must be at least 1")
+    if not 1 <= args.days <= MAX_DAYS:
+        return fail(f"--days must be from 1 to {MAX_DAYS} (a certificate ends before the "
+                    "year 9999)")
+    problem = name_problem(args.service, args.namespace, args.dns)
+    if problem is not None:
+        return fail(problem)
     for ip in args.ip:
         try:
             ipaddress.ip_address(ip)
         except ValueError:
             return fail(f"--ip {ip!r} is not an IP address")
     out = Path(args.out or f"certs/{args.service}.{args.namespace}")
+    if out.exists() and not out.is_dir():
+        return fail(f"--out {out}: exists and is not a directory")
     existing = [out / name for name in (certs.CA_FILE, certs.CERT_FILE, certs.KEY_FILE)
                 if (out / name).exists()]
     if existing and not args.force:
         return fail(f"{existing[0]} exists (its CA may be in use as a caBundle); "
                     "choose another --out or pass --force")
     names = [*certs.service_names(args.service, args.namespace), *args.dns]
-    paths = certs.write(out, *certs.generate(list(dict.fromkeys(names)), args.ip, args.days))
+    try:
+        paths = certs.write(out, *certs.generate(list(dict.fromkeys(names)), args.ip,
+                                                 args.days))
+    except OSError as exc:
+        return fail(f"--out {out}: cannot write the certificates there: "
+                    f"{exc.strerror or exc}")
     print(f"wrote {paths.ca}, {paths.cert}, {paths.key} (valid {args.days} days)")
     print(f"caBundle: base64 of {paths.ca}")
     return 0

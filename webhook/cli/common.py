@@ -23,6 +23,12 @@ class CommandError(Exception):
     """A user error: printed as ``swapwise: <message>`` with exit status 1."""
 
 
+# preview and plan refuse input without a workload alike: an empty file, a mistyped path to
+# a ConfigMap, YAML that is no manifest.
+NO_WORKLOAD = ("no Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet, Job or CronJob found "
+               "in the input")
+
+
 def policy_from(path: str | None) -> Policy:
     if path is None:
         return default_policy()

@@ -46,6 +46,7 @@ from webhook.base.quantity import (
     readable_ratio,
 )
 from webhook.cli.common import (
+    NO_WORKLOAD,
     CommandError,
     fail,
     policy_for_workloads,
@@ -167,8 +168,7 @@ def plan(
                                     reshaped.pod, reshaped.after)
         plans.append(WorkloadPlan(workload, reshaped.profile.name, result, tuple(hpa)))
     if not plans:
-        raise CommandError("no Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet, Job or "
-                           "CronJob found in the input")
+        raise CommandError(NO_WORKLOAD)
     return plans
 
 

@@ -17,15 +17,17 @@ import yaml
 from webhook.analysis.hpa import manifest_warnings
 from webhook.analysis.workloads import find_workload, iter_objects
 from webhook.cli.common import (
+    NO_WORKLOAD,
     CommandError,
     fail,
     policy_for_workloads,
     read_documents,
     reshape_workloads,
 )
-from webhook.engine import Mutation
+from webhook.engine import Mutation, Reshape
 from webhook.engine.mutate import VPA_SKIPPED
 from webhook.engine.pod import PROFILE_ANNOTATION, PodView
+from webhook.engine.pressure import PRESSURE_LABEL
 from webhook.engine.warnings import whole
 from webhook.policy import Policy
 from webhook.profile import Profile
@@ -54,13 +56,18 @@ def preview(
     """(before, after) for every object; objects without pods pass through unchanged."""
     results: list[tuple[Any, Any]] = []
     objects = list(iter_objects(documents))
+    workloads = 0
     for obj, case in reshape_workloads(objects, policy, profile_name, namespace):
         if case is None:
             results.append((obj, obj))
             continue
+        workloads += 1
         workload, reshaped = case.workload, case.reshaped
         for message in reshaped.mutation.warnings:
             print(f"Warning: {workload.ref}: {whole(message)}", file=warnings_out)
+        note = placement_note(reshaped)
+        if note is not None:
+            print(f"Note: {workload.ref}: {note}", file=warnings_out)
         if not reshaped.changed:
             reason = why_unchanged(reshaped.pod, reshaped.profile, reshaped.mutation,
                                    workload.daemonset)
@@ -73,7 +80,36 @@ def preview(
                                      workload.namespace, case.written, stored):
             print(f"Warning: {workload.ref}: {hpa.message()}", file=warnings_out)
         results.append((obj, workload.with_pod(stored)))
+    if not workloads:
+        raise CommandError(NO_WORKLOAD)
     return results
+
+
+def placement_note(reshaped: Reshape) -> str | None:
+    """What placement the engine added to a pod whose memory it left alone, and what that
+    costs; None when it changed some container's memory (its warnings say so) or added no
+    placement. Such a pod already gets swap, so the change is easy to miss in a diff, and a
+    required affinity can keep it Pending (a StatefulSet whose volumes are in one zone)."""
+    mutation = reshaped.mutation
+    if not reshaped.changed or mutation.changes or not any(
+            op.get("path", "").startswith(("/spec/affinity", "/spec/tolerations"))
+            for op in mutation.patch):
+        return None
+    profile = reshaped.profile
+    placement = profile.placement
+    nodes = " and ".join(f"{key}={value}" for key, value in placement.node_selector)
+    where = f"placement.mode: {placement.mode} of profile {profile.name}"
+    head = "no container's memory changes (each already gets swap), but swapwise adds "
+    if placement.mode == "preferred":
+        return (head + f"a preferred node affinity term ({where}, weight {placement.weight})"
+                + (f": the scheduler favours nodes with {nodes}" if nodes else ""))
+    if placement.mode != "required":
+        return head + f"tolerations ({where})"
+    runs = (f"it runs only on nodes with {nodes}, and not on one marked {PRESSURE_LABEL}"
+            if nodes else f"it does not run on a node marked {PRESSURE_LABEL}")
+    return (head + f"a required node affinity ({where}): {runs}; a workload whose volumes "
+            "are bound to a zone without such a node stays Pending (placement.mode: "
+            "preferred or none in the profile, or podSelector, leaves it out)")
 
 
 def why_unchanged(pod: dict[str, Any], profile: Profile, mutation: Mutation,

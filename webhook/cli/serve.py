@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import ipaddress
 import socket
 import sys
 from pathlib import Path
@@ -90,10 +91,16 @@ def _given_certificate(args: argparse.Namespace) -> tuple[Path, Path] | None:
 def _dev_certificate(args: argparse.Namespace) -> tuple[Path, Path]:
     """The development certificate under certs/, made or reused: only once the server is
     known to be able to serve (see :func:`_preflight`)."""
-    extra_ips = [args.host] if args.host not in ("0.0.0.0", "::", "127.0.0.1") else []
-    paths, replaced = certs.ensure_dev_certs(DEV_CERT_DIR, [], extra_ips)
-    if replaced:
-        print(f"swapwise: {replaced}", file=sys.stderr)
+    extra_dns: list[str] = []
+    extra_ips: list[str] = []
+    try:
+        if not ipaddress.ip_address(args.host).is_unspecified:  # 0.0.0.0 and :: name nothing
+            extra_ips.append(args.host)
+    except ValueError:  # a name the machine resolves (the preflight listened on it)
+        extra_dns.append(args.host)
+    paths, made = certs.ensure_dev_certs(DEV_CERT_DIR, extra_dns, extra_ips)
+    if made:
+        print(f"swapwise: {made}", file=sys.stderr)
     print(f"swapwise: development certificate {paths.cert}; CA bundle for caBundle: "
           f"{paths.ca.resolve()}", file=sys.stderr)
     return paths.cert, paths.key
