@@ -294,7 +294,8 @@ def test_preview_says_what_placement_it_adds_when_no_memory_changes(kind: str) -
         f"Note: {kind}/p: no container's memory changes (each already gets swap), but "
         "swapwise adds a required node affinity (placement.mode: required of profile "
         f"default): it runs only on nodes with {SWAP}=true, and not on one marked "
-        "swapwise.io/memory-pressure; a workload whose volumes are bound to a zone "
+        "swapwise.io/memory-pressure or swapwise.io/cpu-pressure; a workload whose "
+        "volumes are bound to a zone "
         "without such a node stays Pending (placement.mode: preferred or none in the "
         "profile, or podSelector, leaves it out)\n"), out.stderr
 

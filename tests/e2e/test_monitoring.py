@@ -43,12 +43,12 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
+from testkit.docs import load
+from testkit.pods import container, guaranteed, pod, review
 from tests.e2e.agent import AgentProcess, FakeHost
 from tests.e2e.cluster import Component, ControlPlane, Swapwise, free_port, wait_for
 from tests.monitoring.prom import DASHBOARD, RULES, Prometheus, queries
 from tests.node.kubelet_prometheus import ksm_binary
-from testkit.docs import load
-from testkit.pods import container, guaranteed, pod, review
 from webhook.agent.pressure import CPU_DEFAULTS, MEMORY_DEFAULTS
 from webhook.engine.nodes import BEHAVIOR_LABEL, KIND_LABEL, SWAP_NODE_LABEL
 from webhook.engine.pod import PROFILE_ANNOTATION

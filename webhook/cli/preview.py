@@ -27,7 +27,7 @@ from webhook.cli.common import (
 from webhook.engine import Mutation, Reshape
 from webhook.engine.mutate import VPA_SKIPPED
 from webhook.engine.pod import PROFILE_ANNOTATION, PodView
-from webhook.engine.pressure import PRESSURE_LABEL
+from webhook.engine.pressure import MARKS
 from webhook.engine.warnings import whole
 from webhook.policy import Policy
 from webhook.profile import Profile
@@ -105,8 +105,9 @@ def placement_note(reshaped: Reshape) -> str | None:
                 + (f": the scheduler favours nodes with {nodes}" if nodes else ""))
     if placement.mode != "required":
         return head + f"tolerations ({where})"
-    runs = (f"it runs only on nodes with {nodes}, and not on one marked {PRESSURE_LABEL}"
-            if nodes else f"it does not run on a node marked {PRESSURE_LABEL}")
+    marks = " or ".join(mark.key for mark in MARKS)
+    runs = (f"it runs only on nodes with {nodes}, and not on one marked {marks}"
+            if nodes else f"it does not run on a node marked {marks}")
     return (head + f"a required node affinity ({where}): {runs}; a workload whose volumes "
             "are bound to a zone without such a node stays Pending (placement.mode: "
             "preferred or none in the profile, or podSelector, leaves it out)")
