@@ -30,10 +30,11 @@ from webhook.agent.kubeapi import (
     MAX_OBJECT_BYTES,
     ApiConfig,
     ApiError,
-    Deadline,
+    Limit,
     NodeApi,
     status_message,
 )
+from webhook.base.upstream import Deadline
 
 DRIP_SECONDS = 30  # how long a drip would last: every drip test must end far sooner
 NESTED = b"[" * 200_000 + b"]" * 200_000
@@ -531,11 +532,16 @@ def test_in_cluster_needs_the_service_environment(monkeypatch: pytest.MonkeyPatc
 # -- pieces
 
 
-def test_deadline_left_raises_once_passed() -> None:
-    deadline = Deadline(30)
-    assert 0 < deadline.left() <= 30
-    with pytest.raises(TimeoutError):
-        Deadline(-1).left()
+def test_a_limit_raises_once_its_deadline_passed() -> None:
+    now = [0.0]
+    deadline = Deadline(30, "a call", clock=lambda: now[0])
+    limit = Limit(deadline, idle=5)
+    assert limit() == 5  # the idle bound, while more of the deadline is left
+    now[0] = 28.0
+    assert limit() == pytest.approx(2.0)
+    now[0] = 30.0
+    with pytest.raises(TimeoutError, match="a call: deadline of 30 s passed"):
+        limit()
 
 
 @pytest.mark.parametrize("body,message", [

@@ -46,7 +46,7 @@ from tests.agent.support import (
 from webhook.agent.kernel import HostPaths
 from webhook.agent.kubeapi import NodeApi
 from webhook.agent.metrics import AgentMetrics
-from webhook.agent.run import Agent, AgentOptions, Backoff, NodeWatcher
+from webhook.agent.run import Agent, AgentOptions, NodeWatcher, backoff
 from webhook.engine.backing import PERMILLE_LABEL
 from webhook.engine.nodes import BEHAVIOR_LABEL, KIND_LABEL, SWAP_NODE_LABEL
 from webhook.engine.pressure import CPU_MARK, MEMORY_MARK
@@ -62,18 +62,18 @@ def sample(metrics: AgentMetrics, name: str, **labels: str) -> float | None:
 
 
 def test_backoff_doubles_with_jitter_up_to_the_longest_and_resets_on_progress() -> None:
-    backoff = Backoff(0.2, 2.0)
-    delays = [backoff.next() for _ in range(8)]
+    retries = backoff(AgentOptions(node="n", backoff=(0.2, 2.0)))
+    delays = [retries.failed("x", "y") for _ in range(8)]
     for delay, nominal in zip(delays, [0.2, 0.4, 0.8, 1.6, 2.0, 2.0, 2.0, 2.0], strict=True):
         assert 0.8 * nominal <= delay <= 1.2 * nominal
-    backoff.progress()
-    assert 0.16 <= backoff.next() <= 0.24
+    retries.progressed()
+    assert 0.16 <= retries.failed("x", "y") <= 0.24
 
 
 def test_backoff_never_overflows() -> None:
-    backoff = Backoff(1.0, 300.0)
+    retries = backoff(AgentOptions(node="n"))
     for _ in range(2000):
-        delay = backoff.next()
+        delay = retries.failed("x", "y")
     assert 240 <= delay <= 360
 
 
@@ -194,10 +194,6 @@ def test_an_unreadable_node_backs_off(tls: Tls, caplog: pytest.LogCaptureFixture
     assert_backed_off(retry_delays(caplog), len(requests))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "run.py NodeWatcher.run counts any event as progress: a watch that yields one event "
-    "that moves nothing (a BOOKMARK at the resourceVersion it was asked from) and closes "
-    "is retried at once, with no delay, forever"))
 def test_a_watch_that_repeats_one_bookmark_and_closes_does_not_spin(tls: Tls) -> None:
     # 3 s, not 5: spinning, it makes a thousand requests a second
     def app(h: Handler, request: Request) -> None:
@@ -408,7 +404,8 @@ def test_a_taint_patch_that_conflicts_is_decided_again_on_a_fresh_read(
         for at in range(T0 + 11, T0 + 71):
             step(agent, host, at)
         assert sample(agent.metrics, "patches_total", result="conflict") == 1
-        step(agent, host, T0 + 71)  # after the short conflict delay, on the fresh copy
+        for at in (T0 + 71, T0 + 72):  # after the first delay (1 s +-20 %), on the fresh copy
+            step(agent, host, at)
         assert api_server.current()["spec"]["taints"] == [FOREIGN_TAINT, admin_taint]
 
 
@@ -473,10 +470,6 @@ def test_failed_patches_back_off_and_reset_after_one_works(tls: Tls, host: Host)
         assert agent.patch_backoff.failures == 0
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "run.py Agent.sync retries a 409 Conflict after a fixed 0.5 s, with no backoff: an API "
-    "server (or anything in front of it) that answers every patch 409 gets a GET and a "
-    "PATCH from every node twice a second forever"))
 def test_patches_that_always_conflict_back_off(tls: Tls, host: Host) -> None:
     with FakeApiServer(tls, node(NAME, labels=DECLARED)) as api_server, \
             agent_on(api_server, host) as agent:
@@ -503,10 +496,6 @@ def test_clear_marks_takes_the_marks_off_and_leaves_the_swap_labels(tls: Tls,
     assert obj["metadata"]["labels"][SWAP_NODE_LABEL] == "true"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "run.py Agent.clear_marks patches once from the watcher's copy: a taint-form mark whose "
-    "patch meets 409 (the taints changed since that copy) is not read afresh and retried, "
-    "so an agent stopped for good leaves a NoSchedule taint on its node"))
 def test_clear_marks_survives_a_conflict(tls: Tls, host: Host) -> None:
     admin_taint = {"key": "maintenance", "value": "today", "effect": "NoSchedule"}
     with FakeApiServer(tls, node(NAME, labels=DECLARED)) as api_server, \

@@ -22,7 +22,6 @@ import os
 import socket
 import ssl
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,8 @@ from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
 import yaml
+
+from webhook.base.upstream import Deadline
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 MAX_OBJECT_BYTES = 4 << 20  # a Node is tens of KiB; a watch event carries one
@@ -44,29 +45,21 @@ class ApiError(Exception):
         self.status = status
 
 
-class Deadline:
-    """A point in monotonic time a whole operation must finish by."""
-
-    def __init__(self, seconds: float) -> None:
-        self.at = time.monotonic() + seconds
-
-    def left(self) -> float:
-        left = self.at - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("deadline passed")
-        return left
-
-
 class Limit:
     """How long a call's next socket operation may wait: what is left of ``deadline``
-    (TimeoutError once it has passed), and at most ``idle``."""
+    (TimeoutError once it has passed: an OSError, so every call's handler takes it), and at
+    most ``idle``."""
 
     def __init__(self, deadline: Deadline, idle: float = math.inf) -> None:
         self.deadline = deadline
         self.idle = idle
 
     def __call__(self) -> float:
-        return max(0.01, min(self.idle, self.deadline.left()))
+        left = self.deadline.remaining()
+        if left <= 0:
+            raise TimeoutError(f"{self.deadline.what}: deadline of {self.deadline.seconds:g} s "
+                               "passed")
+        return max(0.01, min(self.idle, left))
 
 
 class _BoundedReader(io.RawIOBase):
@@ -224,7 +217,7 @@ class NodeApi:
 
     def call(self, method: str, path: str, body: bytes | None = None,
               content_type: str | None = None) -> Any:
-        connection = self._connection(Limit(Deadline(self.timeout)))
+        connection = self._connection(Limit(Deadline(self.timeout, f"{method} {path}")))
         try:
             connection.request(method, path, body=body, headers=self._headers(
                 {"Content-Type": content_type} if content_type else None))
@@ -264,9 +257,9 @@ class NodeApi:
                            "resourceVersion": resource_version, "allowWatchBookmarks": "true",
                            "timeoutSeconds": str(seconds)})
         path = f"/api/v1/nodes?{query}"
-        whole = Deadline(seconds + 30)
+        whole = Deadline(seconds + 30, "the watch")
         # connect, headers (and an error's body) within the call timeout; then ``idle``
-        limit = Limit(Deadline(min(self.timeout, seconds + 30)))
+        limit = Limit(Deadline(min(self.timeout, seconds + 30), "the watch's answer"))
         connection = self._connection(limit)
         try:
             connection.request("GET", path, headers=self._headers())

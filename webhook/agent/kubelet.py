@@ -14,14 +14,8 @@ import ssl
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from webhook.agent.kubeapi import (
-    ApiError,
-    BoundedConnection,
-    Deadline,
-    Limit,
-    read_body,
-    status_message,
-)
+from webhook.agent.kubeapi import ApiError, BoundedConnection, Limit, read_body, status_message
+from webhook.base.upstream import Deadline
 
 CONFIGZ_MAX_BYTES = 1 << 20  # a kubelet configuration is a few KiB
 
@@ -70,7 +64,7 @@ class Kubelet:
 
     def swap_behavior(self) -> str:
         connection = BoundedConnection(self.address, self.port, self.context,
-                                       Limit(Deadline(self.timeout)))
+                                       Limit(Deadline(self.timeout, "the kubelet's /configz")))
         headers = {"Accept": "application/json"}
         token = self.token()
         if token:

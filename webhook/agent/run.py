@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import math
 import os
 import random
 import threading
@@ -43,6 +44,7 @@ from webhook.agent.kubelet import ConfigzError, Kubelet
 from webhook.agent.metrics import AgentMetrics
 from webhook.agent.pressure import CPU_DEFAULTS, MEMORY_DEFAULTS, MarkState, Thresholds
 from webhook.base.logs import get_logger
+from webhook.base.upstream import Backoff
 from webhook.engine.nodes import as_mapping, declared_behavior
 from webhook.engine.pressure import CPU_MARK, MARKS, MEMORY_MARK, Mark, MarkForm
 
@@ -69,21 +71,20 @@ class AgentOptions:
     backoff: tuple[float, float] = (1.0, 300.0)  # first and longest retry delay, seconds
 
 
-class Backoff:
-    """Exponential delays with jitter that reset only after progress, never after a mere
-    successful call: a watch that the server answers and closes at once is no progress."""
+def backoff(options: AgentOptions) -> Backoff:
+    """Delays that double from ``options.backoff[0]`` to ``[1]`` with jitter, reset only by
+    progress (webhook/base/upstream.py). Each retry is logged by :func:`retry`, with its
+    fields."""
+    first, longest = options.backoff
+    return Backoff(first, longest, report=lambda _text: None)
 
-    def __init__(self, first: float, longest: float) -> None:
-        self.first, self.longest = first, longest
-        self.failures = 0
 
-    def next(self) -> float:
-        delay = min(self.longest, self.first * 2 ** min(self.failures, 30))
-        self.failures += 1
-        return float(delay * random.uniform(0.8, 1.2))
-
-    def progress(self) -> None:
-        self.failures = 0
+def retry(retries: Backoff, message: str, what: str, why: str) -> float:
+    """Count a failure of ``what``; log it with the delay; return the delay."""
+    delay = retries.failed(what, why)
+    log.warning(message, extra={"error": why[:300], "retry_in_s": round(delay, 1),
+                                "failures": retries.failures})
+    return delay
 
 
 class Waker:
@@ -129,12 +130,12 @@ class NodeWatcher:
 
     def run(self) -> None:
         name = self.options.node
-        backoff = Backoff(*self.options.backoff)
+        retries = backoff(self.options)
         version: str | None = None
-        fresh_at = 0.0
+        fresh_at = -math.inf
         while not self.stop.is_set():
             started = time.monotonic()
-            events = 0
+            moved = False  # progress: the node's resourceVersion moved, or a long watch
             try:
                 if version is None or started - fresh_at >= self.options.resync:
                     node = self.api.get(name)
@@ -149,28 +150,26 @@ class NodeWatcher:
                         code = obj.get("code")
                         raise ApiError(code if isinstance(code, int) else 0,
                                        str(obj.get("message", "watch error"))[:300])
-                    events += 1
                     self.metrics.node_events.inc()
-                    version = str(as_mapping(obj.get("metadata")).get("resourceVersion", "")) \
-                        or version
+                    seen = str(as_mapping(obj.get("metadata")).get("resourceVersion", ""))
+                    if seen and seen != version:
+                        version, moved = seen, True
                     if kind in ("ADDED", "MODIFIED"):
                         self.set(obj)
                     elif kind == "DELETED":
                         version = None
-                if events or time.monotonic() - started >= 60:
-                    backoff.progress()
+                if moved or time.monotonic() - started >= 60:
+                    retries.progressed()
                     continue
-                delay = backoff.next()
-                log.warning("node watch ended at once; watching again later",
-                            extra={"retry_in_s": round(delay, 1)})
+                delay = retry(retries, "node watch ended at once; watching again later",
+                              "the node watch", "it ended at once, with nothing new")
             except ApiError as exc:
                 if exc.status == 410:
                     version = None  # too old: read the node afresh, after the delay
-                if events:
-                    backoff.progress()
-                delay = backoff.next()
-                log.warning("node read or watch failed; retrying later",
-                            extra={"error": str(exc)[:300], "retry_in_s": round(delay, 1)})
+                if moved:
+                    retries.progressed()
+                delay = retry(retries, "node read or watch failed; retrying later",
+                              "the node read or watch", str(exc))
             self.metrics.watch_restarts.inc()
             self.stop.wait(delay)
 
@@ -228,7 +227,7 @@ class Agent:
         self.swap: SwapFacts | None = None
         self.behavior: Behavior | None = None
         self.swap_at = self.behavior_at = -1e18
-        self.patch_backoff = Backoff(*options.backoff)
+        self.patch_backoff = backoff(options)
         self.patch_after = 0.0
         self.ticked = time.monotonic()
         self.synced = False
@@ -368,17 +367,17 @@ class Agent:
         try:
             updated = self.api.patch(change.node, change.patch)
         except ApiError as exc:
-            result = "conflict" if exc.status == 409 else "error"
-            self.metrics.patches.labels(result).inc()
-            delay = 0.5 if exc.status == 409 else self.patch_backoff.next()
-            self.patch_after = now + delay
-            if exc.status == 409:
+            conflict = exc.status == 409
+            self.metrics.patches.labels("conflict" if conflict else "error").inc()
+            # A conflict is no progress either: something keeps changing the taints, or a
+            # proxy answers 409; the next try reads the node afresh, after the delay.
+            self.patch_after = now + retry(self.patch_backoff, "node patch failed",
+                                           "the node patch", str(exc))
+            if conflict:
                 with contextlib.suppress(ApiError):
                     self.watcher.set(self.api.get(change.node))
-            log.warning("node patch failed", extra={"error": str(exc)[:300],
-                                                    "retry_in_s": round(delay, 1)})
             return
-        self.patch_backoff.progress()
+        self.patch_backoff.progressed()
         self.metrics.patches.labels("ok").inc()
         self.watcher.set(updated)
         self.synced = True
@@ -417,21 +416,34 @@ class Agent:
         self.waker.drain()
         return set()
 
-    def clear_marks(self) -> None:
-        """Take this agent's marks off the node before it goes (see the module doc)."""
+    def clear_marks(self, attempts: int = 3) -> None:
+        """Take this agent's marks off the node before it goes (see the module doc). A
+        conflict (the taints changed since the agent's copy) reads the node afresh and tries
+        again: a mark must not outlive an agent that is gone for good."""
         node = self.watcher.node
         if node is None or not self.options.pressure:
             return
         wants = {mark: MarkWant(False, "cleared: swapwise node-agent stopped") for mark in MARKS}
-        change = desired_change(node, Verdict(None, ""), wants, self.options.mark_with)
-        if change is None:
-            return
-        try:
-            self.api.patch(change.node, change.patch)
-            log.info("pressure marks cleared on shutdown", extra=change.summary)
-        except ApiError as exc:
-            log.warning("could not clear the pressure marks on shutdown",
-                        extra={"error": str(exc)[:300]})
+        for _ in range(attempts):
+            change = desired_change(node, Verdict(None, ""), wants, self.options.mark_with)
+            if change is None:
+                return
+            try:
+                self.api.patch(change.node, change.patch)
+                log.info("pressure marks cleared on shutdown", extra=change.summary)
+                return
+            except ApiError as exc:
+                if exc.status != 409:
+                    log.warning("could not clear the pressure marks on shutdown",
+                                extra={"error": str(exc)[:300]})
+                    return
+                try:
+                    node = self.api.get(change.node)
+                except ApiError as again:
+                    log.warning("could not read the node to clear its pressure marks",
+                                extra={"error": str(again)[:300]})
+                    return
+        log.warning("pressure marks left on the node: every clear met a conflict")
 
     def run(self, stop: threading.Event, host: str = "0.0.0.0", port: int = 8080) -> None:
         server = HealthServer((host, port), health_handler(self))
