@@ -17,7 +17,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 DOCS = ("README.md", "charts/swapwise/README.md", "docs/guide.md", "certs/README.md")
 REGISTRY = "registry.example"  # stands for the user's REGISTRY
 
