@@ -409,6 +409,22 @@ def test_a_taint_patch_that_conflicts_is_decided_again_on_a_fresh_read(
         assert api_server.current()["spec"]["taints"] == [FOREIGN_TAINT, admin_taint]
 
 
+def test_a_resource_left_out_is_never_marked_and_its_mark_goes(tls: Tls, host: Host) -> None:
+    """``--no-cpu-marks``: the CPU mark a node carries is removed, and CPU stall, however
+    high, marks nothing; memory is marked as before."""
+    start = node(NAME, labels={**DECLARED, CPU_MARK.key: "true"})
+    with FakeApiServer(tls, start) as api_server, \
+            agent_on(api_server, host, resources=("memory",)) as agent:
+        for at in range(T0, T0 + 15):
+            step(agent, host, at, cpu=1.0)
+        assert CPU_MARK.key not in labels(api_server)
+        assert annotations(api_server)[CPU_MARK.key] == "cleared: cpu pressure marks off"
+        for at in range(T0 + 15, T0 + 30):
+            step(agent, host, at, memory=0.9, cpu=1.0)
+        assert labels(api_server)[MEMORY_MARK.key] == "true"
+        assert CPU_MARK.key not in labels(api_server)
+
+
 def test_a_restarted_agent_keeps_the_mark_until_it_has_seen_a_clear_window(
         tls: Tls, host: Host) -> None:
     start = node(NAME, labels={**DECLARED, MEMORY_MARK.key: "true"},

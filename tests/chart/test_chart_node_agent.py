@@ -90,7 +90,8 @@ def test_default_arguments_are_the_agents_own_defaults(chart: Chart) -> None:
     they must be the ones webhook/agent writes, or the chart would quietly differ."""
     args = parsed(chart.render())
     defaults = build_parser("node_agent").parse_args(["node-agent"])
-    for field in ("swap_behavior_source", "zram_backing", "pressure_marks", "mark_with",
+    for field in ("swap_behavior_source", "zram_backing", "pressure_marks", "memory_marks",
+                  "cpu_marks", "mark_with",
                   "memory_mark_above", "memory_clear_below", "cpu_mark_above",
                   "cpu_clear_below", "mark_window", "clear_window", "resync", "metrics_port",
                   "log_level", "kubelet_insecure_tls", "kubelet_ca", "host_proc", "host_sys",
@@ -110,7 +111,7 @@ def test_every_value_becomes_the_flag_the_agent_reads(chart: Chart) -> None:
         "swapBehaviorSource": "kubelet", "kubelet": {"insecureTLS": True}, "zramBacking": 0.25,
         "pressureMarks": {"enabled": False, "markWith": "taint",
                           "memory": {"markAbove": 35, "clearBelow": 7.5},
-                          "cpu": {"markAbove": 90, "clearBelow": 90},
+                          "cpu": {"enabled": False, "markAbove": 90, "clearBelow": 90},
                           "markWindow": 6, "clearWindow": 600},
         "resync": 600, "logLevel": "debug", "metricsPort": 9100,
         "extraArgs": ["--kubepods-cgroup", "kubepods"]}})
@@ -119,6 +120,7 @@ def test_every_value_becomes_the_flag_the_agent_reads(chart: Chart) -> None:
     assert args.kubelet_insecure_tls is True
     assert args.zram_backing == 0.25
     assert args.pressure_marks is False
+    assert (args.memory_marks, args.cpu_marks) == (True, False)
     assert args.mark_with == "taint"
     assert (args.memory_mark_above, args.memory_clear_below) == (35, 7.5)
     assert (args.cpu_mark_above, args.cpu_clear_below) == (90, 90)
@@ -332,9 +334,6 @@ def test_nothing_rendered_ever_names_nodes_proxy(chart: Chart) -> None:
         assert_no_nodes_proxy(chart.template_text(values), values)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "files/prometheus-rules.yaml (the monitoring branch's) still explains the old labeller's "
-    "PSI alert with 'RBAC nodes/proxy get'; once that alert goes this passes: drop the mark"))
 @pytest.mark.parametrize("mode", ["webhook", "admissionPolicy"])
 def test_nothing_rendered_with_monitoring_names_nodes_proxy(chart: Chart, mode: str) -> None:
     values = merge(MONITORING, {"mode": mode, "audit": {"rbac": {"create": True}},

@@ -59,6 +59,8 @@ class AgentOptions:
     source: Source = "declared"
     zram_backing: Fraction = Fraction(0)
     pressure: bool = True
+    # Which resources are marked (both by default); a resource left out has its mark removed.
+    resources: tuple[Resource, ...] = ("memory", "cpu")
     mark_with: MarkForm = "label"
     thresholds: dict[Resource, Thresholds] = field(
         default_factory=lambda: {"memory": MEMORY_DEFAULTS, "cpu": CPU_DEFAULTS})
@@ -218,10 +220,12 @@ class Agent:
         self.stop = threading.Event()
         self.waker = Waker()
         self.watcher = NodeWatcher(api, options, self.stop, self.waker.wake, self.metrics)
+        marked = options.resources if options.pressure else ()
         self.states: dict[Resource, MarkState] = {
-            resource: MarkState(options.thresholds[resource]) for resource in RESOURCE_MARK}
+            resource: MarkState(options.thresholds[resource]) for resource in marked}
         self.wants: dict[Mark, MarkWant | None] = {
-            mark: None if options.pressure else MarkWant(False, "cleared: pressure marks off")
+            mark: None if mark.resource in marked else
+            MarkWant(False, f"cleared: {mark.resource} pressure marks off")
             for mark in MARKS}
         self.triggers: dict[Resource, PsiTrigger] = {}
         self.swap: SwapFacts | None = None
@@ -241,9 +245,8 @@ class Agent:
     def arm_triggers(self) -> None:
         """Kernel triggers on the node's PSI files, where the kernel lets this process
         create them (see :class:`PsiTrigger`); else the loop reads once a second."""
-        if not self.options.pressure:
-            return
-        for resource, t in self.options.thresholds.items():
+        for resource in self.states:
+            t = self.options.thresholds[resource]
             if t.mark_window > 10:
                 continue  # the kernel watches windows of at most 10 s
             window = int(t.mark_window * 1e6)
@@ -392,8 +395,8 @@ class Agent:
         node = self.watcher.node
         if self.restored or node is None:
             return
-        for resource, mark in RESOURCE_MARK.items():
-            self.states[resource].marked = bool(mark.forms(node))
+        for resource, state in self.states.items():
+            state.marked = bool(RESOURCE_MARK[resource].forms(node))
         self.restored = True
 
     def step(self, now: float, fired: set[Resource]) -> None:
@@ -406,7 +409,9 @@ class Agent:
 
     def wait(self) -> set[Resource]:
         """Sleep until the next sample is due; the resources whose kernel trigger fired."""
-        calm = self.triggers and not any(s.marked for s in self.states.values())
+        # Calm: every marked resource has a trigger to wake the loop, and no mark is on.
+        calm = bool(self.triggers) and set(self.triggers) == set(self.states) and not any(
+            s.marked for s in self.states.values())
         timeout = self.options.calm_interval if calm else 1.0
         if self.triggers:
             fired = wait_for_triggers(list(self.triggers.values()), timeout, self.waker.read_fd)
@@ -455,7 +460,7 @@ class Agent:
         log.info("node agent started", extra={
             "node": self.options.node, "source": self.options.source,
             "psi": "triggers" if self.triggers else "read once a second",
-            "pressure_marks": self.options.pressure})
+            "pressure_marks": list(self.states)})
         fired: set[Resource] = set()
         try:
             while not stop.is_set():

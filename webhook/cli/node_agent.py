@@ -77,6 +77,9 @@ def register(subcommands: Any) -> None:
                        "taint: a NoSchedule taint, which such a restart ignores, but which "
                        "keeps every pod that does not tolerate it off")
     for resource, defaults in (("memory", MEMORY_DEFAULTS), ("cpu", CPU_DEFAULTS)):
+        marks.add_argument(f"--{resource}-marks", action=argparse.BooleanOptionalAction,
+                           default=True, help=f"mark {resource} pressure (default on; off "
+                           f"removes the {resource} mark)")
         marks.add_argument(f"--{resource}-mark-above", type=float, default=defaults.mark_above,
                            metavar="PCT", help=f"mark when {resource} PSI some is at or above "
                            f"this percent of the mark window (default {defaults.mark_above:g})")
@@ -134,6 +137,8 @@ def run(args: argparse.Namespace) -> int:
     configure(args.log_level)
     options = AgentOptions(node=args.node_name, source=args.swap_behavior_source,
                            zram_backing=args.zram_backing, pressure=args.pressure_marks,
+                           resources=tuple(r for r in ("memory", "cpu")
+                                           if getattr(args, f"{r}_marks")),
                            mark_with=args.mark_with, thresholds=thresholds,  # type: ignore[arg-type]
                            resync=args.resync)
     paths = HostPaths(Path(args.host_proc), Path(args.host_sys), Path(args.host_cgroup),
