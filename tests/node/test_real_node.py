@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from tests.e2e.cluster import SWAP_LABEL, ControlPlane
-from tests.e2e.install import NAMESPACE, Installation
-from tests.node.conftest import Agent
+from tests.e2e.install import NAMESPACE, RELEASE, Installation
+from tests.node.conftest import AGENT_MARKS, MARKS_WITH_CPU, Agent
 from tests.node.kubelet_prometheus import (
     PER_CONTAINER_PANEL,
     kubelet_prometheus,
@@ -62,7 +62,7 @@ from tests.node.scenarios import (
     unschedulable_message,
 )
 from tests.node.wakeup import wait_idle_in_swap, wake_round
-from webhook.agent.pressure import CPU_DEFAULTS, MEMORY_DEFAULTS
+from webhook.agent.pressure import MEMORY_DEFAULTS, Thresholds
 from webhook.base.quantity import parse_bytes
 from webhook.engine.backing import PERMILLE_LABEL, container_need, node_permille
 from webhook.engine.nodes import FACTS_ANNOTATION, KIND_LABEL, NodeFacts
@@ -437,6 +437,13 @@ def acted_at(agent: Agent, mark: Mark, change: str, after: float) -> float | Non
     return None
 
 
+def thresholds(mark: Mark) -> Thresholds:
+    """The agent's thresholds for ``mark`` in this suite (tests/node/conftest.py)."""
+    marks = AGENT_MARKS[mark.resource]
+    return Thresholds(marks["markAbove"], marks["clearBelow"], MEMORY_DEFAULTS.mark_window,
+                      MEMORY_DEFAULTS.clear_window)
+
+
 class Pressure:
     """One pressure scenario: what the kernel said and when the agent acted, both on the
     guest's clock (psi.log and the agent's log)."""
@@ -445,7 +452,7 @@ class Pressure:
                  counter: str) -> None:
         self.node, self.agent, self.log = node, agent, log
         self.mark, self.counter = mark, counter
-        self.thresholds = MEMORY_DEFAULTS if mark is MEMORY_MARK else CPU_DEFAULTS
+        self.thresholds = thresholds(mark)
         self.start = time.monotonic()
         # Guest and host clocks agree to within seconds; a minute of margin either way.
         self.start_epoch = time.time() - 60
@@ -453,6 +460,12 @@ class Pressure:
 
     def marked(self) -> bool:
         return self.mark.key in labels(self.node)
+
+    def wait_unmarked(self, timeout: float) -> None:
+        """A scenario starts on an unmarked node (an earlier one may have left pressure)."""
+        self.wait_cleared(timeout)
+        self.start = time.monotonic()
+        self.start_epoch = time.time() - 60
 
     def wait_marked(self, timeout: float) -> None:
         self.node.wait_for(self.marked, timeout, interval=2,
@@ -508,14 +521,20 @@ def test_memory_thrash_is_marked_and_cleared(
     create_namespace(cp, thrash, None)
     create_namespace(cp, late, "sandbox")
     create_namespace(cp, plain, None)
-    pod = sandbox_pod("thrash", thrash, cold_mib=0, hot_mib=96, tick="1ms", cpu_limit=False)
     # Burstable with swap: limit 64Mi, request 32Mi, swap share 64 MiB (swap = 2 x RAM), so
     # 96 MiB always has a third in swap and every pass pages it back in; never OOM-killed.
-    pod["spec"]["containers"][0]["resources"] = {
-        "requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}}
+    # Six of them (conftest.py: AGENT_MARKS says why).
+    thrashers = []
+    for i in range(6):
+        pod = sandbox_pod(f"thrash-{i}", thrash, cold_mib=0, hot_mib=96, tick="1ms",
+                          cpu_limit=False)
+        pod["spec"]["containers"][0]["resources"] = {
+            "requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}}
+        thrashers.append(pod)
     scenario = Pressure(node, agent, pressure_log, MEMORY_MARK, "memory_total")
     try:
-        cp.apply(json.dumps(pod))
+        scenario.wait_unmarked(600)
+        cp.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": thrashers}))
         scenario.wait_marked(600)
         results["pressure.thrash.marked_after_kernel_s"] = scenario.latency(
             "marked", results, "agent.memory.mark")
@@ -535,7 +554,7 @@ def test_memory_thrash_is_marked_and_cleared(
         results["pressure.thrash.max_some_avg10"] = pressure_log.max_some(scenario.start)
         results["pressure.thrash.evicted_by_swapwise"] = sum(
             evicted_through_the_api(p) for ns in (thrash, plain) for p in pods(cp, ns))
-        cp.kubectl("delete", "pod", "thrash", "-n", thrash, "--grace-period=1", "--wait=false")
+        cp.kubectl("delete", "pods", "--all", "-n", thrash, "--grace-period=1", "--wait=false")
         scenario.wait_cleared(600)
         results["pressure.recovery.cleared_after_kernel_s"] = scenario.latency(
             "cleared", results, "agent.memory.clear")
@@ -555,6 +574,15 @@ def test_memory_thrash_is_marked_and_cleared(
     assert results["pressure.thrash.other_pod_scheduled"], placed
     assert results["pressure.thrash.evicted_by_swapwise"] == 0
     assert results["pressure.recovery.pending_pod_scheduled"]
+
+
+def with_cpu(swapwise: Installation, agent: Agent, node: RealNode,
+             marks: dict[str, Any]) -> None:
+    """The chart upgraded with these pressure marks, and the agent rolled out with them."""
+    swapwise.upgrade(nodeAgent={"pressureMarks": marks})
+    node.cp.kubectl("rollout", "status", f"daemonset/{RELEASE}-node-agent", "-n", NAMESPACE,
+                    "--timeout=600s", timeout=630)
+    node.wait_for(agent.ready, 600, what="the rolled node agent ready")
 
 
 def spin_pod(name: str, namespace: str, threads: int) -> dict[str, Any]:
@@ -578,11 +606,14 @@ def test_cpu_contention_is_marked_and_keeps_new_reshaped_pods_off(
     hogs, late, plain = "cpu-hogs", "cpu-late", "cpu-plain"
     for namespace, profile in ((hogs, None), (late, "sandbox"), (plain, None)):
         create_namespace(cp, namespace, profile)
+    # The CPU mark on (the suite keeps it off elsewhere: conftest.py), the agent rolled.
+    with_cpu(swapwise, agent, node, MARKS_WITH_CPU)
     scenario = Pressure(node, agent, pressure_log, CPU_MARK, "cpu_total")
     try:
-        # Two busy threads more than the node has CPUs: some task always waits.
+        scenario.wait_unmarked(600)
+        # Nine busy threads on two CPUs: some task always waits (~92 % "some" here).
         cp.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": [
-            spin_pod(f"spin-{i}", hogs, 2) for i in range(2)]}))
+            spin_pod(f"spin-{i}", hogs, 3) for i in range(3)]}))
         scenario.wait_marked(600)
         results["agent.cpu.marked"] = True
         scenario.latency("marked", results, "agent.cpu.mark")
@@ -607,6 +638,7 @@ def test_cpu_contention_is_marked_and_keeps_new_reshaped_pods_off(
     finally:
         for namespace in (hogs, late, plain):
             delete_namespace(cp, node, namespace)
+        with_cpu(swapwise, agent, node, AGENT_MARKS)
     for key in ("new_pod_pending", "other_pod_scheduled"):
         results[f"agent.cpu.{key}"] = results[f"cpu.{key}"]
     assert results["cpu.new_pod_pending"], message
