@@ -132,7 +132,7 @@ e2e-smoke-1.37: venv control-plane-1.37
 ## (tests/data/admission-policy-golden.json), which the unit tier checks the engine and the
 ## renderer against: run it when the renderer or the engine changes, and commit the file.
 admission-policy-golden: venv control-plane-1.34 control-plane-1.37
-	$(BIN)/python -m tests.e2e.record_cel_golden
+	SWAPWISE_AP_LINE=1.37 $(BIN)/python -m tests.e2e.record_cel_golden
 
 ## Both control planes, 1.34 and 1.37 (etcd and helm4 built once and shared between them),
 ## each with helm 3 and helm 4; the 1.34 line also has the real node's kubelet.
