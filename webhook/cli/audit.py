@@ -24,7 +24,8 @@ def register(subcommands: Any) -> None:
         "audit",
         help="report what in the cluster needs action: pods not reshaped, reshaped pods "
              "without swap or on nodes that do not back them, HPAs/VPAs, LimitRanges/quotas, "
-             "swap labels vs nodes, nodes marked under memory pressure (read-only)",
+             "swap labels vs nodes, nodes marked under memory pressure, reshaped pods no node "
+             "and no Karpenter NodePool can take (read-only)",
     )
     parser.add_argument("--kubeconfig",
                         help="kubeconfig file (default: in-cluster, else $KUBECONFIG or "
@@ -41,8 +42,9 @@ def register(subcommands: Any) -> None:
 
 
 async def fetch(kubeconfig: str | None) -> Any:
-    """List what the audit reads: Namespaces and Nodes, and in each opted-in namespace its
-    Pods, ReplicaSets, HPAs, VPAs (when the API is served), LimitRanges, ResourceQuotas."""
+    """List what the audit reads: Namespaces, Nodes and Karpenter NodePools (when the API
+    is served), and in each opted-in namespace its Pods, ReplicaSets, HPAs, VPAs (when the
+    API is served), LimitRanges, ResourceQuotas."""
     # Imported here: only the commands that talk to a cluster need the client.
     from lightkube import ApiError
     from lightkube.generic_resource import create_namespaced_resource
@@ -70,6 +72,7 @@ async def fetch(kubeconfig: str | None) -> Any:
         cluster: dict[str, Any] = {"namespaces": namespaces, "nodes": nodes, "pods": [],
                                    "replicasets": [], "hpas": [], "vpas": [],
                                    "limitranges": [], "quotas": []}
+        cluster.update(await _nodepools(listing, ApiError))
         for name in opted_in(namespaces):
             cluster["pods"] += await listing(Pod, name)
             cluster["replicasets"] += await listing(ReplicaSet, name)
@@ -86,6 +89,25 @@ async def fetch(kubeconfig: str | None) -> Any:
         return Cluster(**cluster)
     finally:
         await client.close()
+
+
+async def _nodepools(listing: Any, api_error: type[Exception]) -> dict[str, Any]:
+    """Karpenter's NodePools (what it knows of the nodes it would add, for the
+    scale-from-zero check): ``nodepools`` None when the API is not served; when it cannot
+    be read (e.g. forbidden), None and why, and the audit goes on without them."""
+    from lightkube.generic_resource import create_global_resource
+
+    kind = create_global_resource("karpenter.sh", "v1", "NodePool", "nodepools")
+    try:
+        return {"nodepools": await listing(kind)}
+    except Exception as exc:
+        if _not_found(exc, api_error):
+            return {"nodepools": None}
+        code = getattr(getattr(exc, "status", None), "code", None)
+        if code == 403:
+            return {"nodepools": None, "nodepools_problem": "forbidden (list nodepools "
+                    "in karpenter.sh: docs/audit.md has the ClusterRole)"}
+        raise
 
 
 def _not_found(exc: Exception, api_error: type[Exception]) -> bool:
