@@ -19,7 +19,7 @@ from webhook.engine import mutate_pod
 from webhook.policy import build_policy, default_policy, parse_policy
 
 GI, MI = 1024**3, 1024**2
-SWAP = "feature.node.kubernetes.io/memory-swap"
+SWAP = "swapwise.io/swap-node"
 PERMILLE = "swapwise.io/swap-permille"
 
 

@@ -21,7 +21,7 @@ from tests.support.server_proc import SWAPWISE, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
-SWAP = "feature.node.kubernetes.io/memory-swap"
+SWAP = "swapwise.io/swap-node"
 
 
 def swapwise(*args: str, stdin: str | None = None, cwd: Path | None = None,
@@ -52,7 +52,7 @@ def test_preview_pod_yaml() -> None:
                           "2Gi -> 683Mi (limit 2Gi)\n"
                           "Warning: Pod/agent-sandbox-7f3c: swapwise: needs nodes whose swap is "
                           ">= 1999\u2030 of their RAM (node label swapwise.io/swap-permille, "
-                          "from label-nodes)\n")
+                          "from the node agent)\n")
 
 
 def test_preview_all_workload_kinds_from_stdin() -> None:

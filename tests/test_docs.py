@@ -334,4 +334,4 @@ def test_the_guide_says_the_example_pod_stays_pending_until_a_node_has_both_labe
                  text.index("## 5. Roll back")]
     flat = " ".join(after.split())
     assert "stays **Pending** until a node carries both labels" in flat
-    assert "`feature.node.kubernetes.io/memory-swap=true` and `swapwise.io/swap-permille`" in flat
+    assert "`swapwise.io/swap-node=true` and `swapwise.io/swap-permille`" in flat

@@ -91,7 +91,7 @@ def test_2gi_sandbox_with_250mi_gvisor_overhead_on_28gi_node() -> None:
         683 * MI, 1366 * MI, 1365 * MI, True)
     assert result.warnings == ("swapwise: app memory request 2Gi -> 683Mi (limit 2Gi)",
                                "swapwise: needs nodes whose swap is >= 1999\u2030 of their RAM "
-                               "(node label swapwise.io/swap-permille, from label-nodes)")
+                               "(node label swapwise.io/swap-permille, from the node agent)")
 
 
 def test_kata_like_cpu_overhead_makes_cpu_bind_first() -> None:

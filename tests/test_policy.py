@@ -30,7 +30,7 @@ profiles:
       matchLabels: {app.kubernetes.io/component: sandbox}
     placement:
       mode: required
-      nodeSelector: {feature.node.kubernetes.io/memory-swap: "true"}
+      nodeSelector: {swapwise.io/swap-node: "true"}
       weight: 100
       tolerations: []
 namespaces:
@@ -74,7 +74,7 @@ def test_default_policy() -> None:
     assert profile.max_limit_request_ratio is None and profile.default_limit is None
     assert profile.guaranteed_pods == "convert" and profile.resize_policy == "RestartContainer"
     assert profile.placement.mode == "required" and profile.placement.weight == 100
-    assert profile.placement.node_selector == (("feature.node.kubernetes.io/memory-swap", "true"),)
+    assert profile.placement.node_selector == (("swapwise.io/swap-node", "true"),)
     assert profile.placement.swap_backing == "required"
 
 

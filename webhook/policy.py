@@ -32,8 +32,8 @@ from pydantic import (
 
 from webhook.base.documents import DocumentError, decode, load, size_problem
 from webhook.base.files import FileTooLarge, read_regular
+from webhook.base.labels import label_key_problem, label_value_problem
 from webhook.base.quantity import INT64_SAFE, MI, QuantityError, parse_bytes, parse_quantity
-from webhook.labeller.labels import label_key_problem, label_value_problem
 from webhook.profile import (
     DEFAULT_GUARANTEED_PODS,
     DEFAULT_MIN_REQUEST,

@@ -19,7 +19,11 @@ VpaPods = Literal["skip", "raiseLimit"]
 ResizePolicy = Literal["RestartContainer", "keep"]
 SwapBacking = Literal["required", "off"]
 
-SWAP_LABEL = "feature.node.kubernetes.io/memory-swap"
+# The swap-node label swapwise's node agent writes: the kubelet runs LimitedSwap and the node
+# has backing swap. Not Node Feature Discovery's feature.node.kubernetes.io/memory-swap: NFD
+# owns that key with another meaning (swap present, whatever the kubelet does with it), and
+# two writers of one key rewrite each other's value.
+SWAP_LABEL = "swapwise.io/swap-node"
 
 # Every profile default, once: the policy file's schema (policy.py) and the resolved
 # profile below both take them from here, as do the docs' tests.

@@ -26,7 +26,7 @@ FULL_PROFILE = {
     },
     "placement": {
         "mode": "required",
-        "nodeSelector": {"feature.node.kubernetes.io/memory-swap": "true"},
+        "nodeSelector": {"swapwise.io/swap-node": "true"},
         "weight": 100,
         "tolerations": [{"key": "swap", "operator": "Exists", "effect": "NoSchedule"}],
         "swapBacking": "required",

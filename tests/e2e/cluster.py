@@ -86,7 +86,7 @@ def k8s_version(line: str = DEFAULT_LINE) -> str:
 
 
 K8S_VERSION = k8s_version()  # e.g. v1.34.4, or v1.37.2 with SWAPWISE_K8S_VERSION=1.37
-SWAP_LABEL = "feature.node.kubernetes.io/memory-swap"
+SWAP_LABEL = "swapwise.io/swap-node"
 PROFILE_LABEL = "swapwise.io/profile"
 SERVICE_CIDR = "10.96.0.0/24"
 BUILD_SCRIPT = E2E_DIR / "build-control-plane.sh"

@@ -170,10 +170,10 @@ def test_helm_install_in_admission_policy_mode_reshapes_pods_without_a_server(
         "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert terms == [{"matchExpressions": [
         {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a"]},
-        {"key": "feature.node.kubernetes.io/memory-swap", "operator": "In",
-         "values": ["true"]},
-        # no memory-pressure mark (label-nodes --pressure-guard)
+        {"key": "swapwise.io/swap-node", "operator": "In", "values": ["true"]},
+        # no pressure mark (the node agent's)
         {"key": "swapwise.io/memory-pressure", "operator": "DoesNotExist"},
+        {"key": "swapwise.io/cpu-pressure", "operator": "DoesNotExist"},
         # swap backing: 1000 x (2048 - 683) / 683 = 1998.5 -> 1999 per mille
         {"key": "swapwise.io/swap-permille", "operator": "Gt", "values": ["1998"]}]}]
     assert {"key": "swap", "operator": "Exists", "effect": "NoSchedule"} in stored["spec"][

@@ -28,7 +28,7 @@ from tests.e2e.cluster import (
 )
 from tests.e2e.install import Installation, container, installed, manifest, pod
 from webhook.engine.backing import PERMILLE_LABEL, node_permille
-from webhook.engine.pressure import PRESSURE_LABEL
+from webhook.engine.pressure import MARKS
 
 pytestmark = pytest.mark.e2e
 
@@ -53,7 +53,7 @@ REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 SWAP_EXPR = {"key": SWAP_LABEL, "operator": "In", "values": ["true"]}
 # 2Gi -> 683Mi needs 1999 per mille (docs/rules.md "Swap backing"); the node has 2000
 BACKED = {"key": PERMILLE_LABEL, "operator": "Gt", "values": ["1998"]}
-NO_PRESSURE = {"key": PRESSURE_LABEL, "operator": "DoesNotExist"}
+NO_MARKS = [mark.expression() for mark in MARKS]
 
 
 def sandbox(name: str, namespace: str) -> dict[str, Any]:
@@ -111,7 +111,7 @@ def test_pod_with_overhead_is_stored_reshaped_with_its_overhead_intact(
     assert got["status"]["qosClass"] == "Burstable"
     # swapwise's placement and the RuntimeClass's scheduling, side by side.
     assert spec["affinity"]["nodeAffinity"][REQUIRED]["nodeSelectorTerms"] == [
-        {"matchExpressions": [SWAP_EXPR, NO_PRESSURE, BACKED]}
+        {"matchExpressions": [SWAP_EXPR, *NO_MARKS, BACKED]}
     ]
     assert spec["nodeSelector"] == {RUNTIME_LABEL: "gvisor"}
     assert RUNTIME_CLASS["scheduling"]["tolerations"][0] in spec["tolerations"]

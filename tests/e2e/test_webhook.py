@@ -22,7 +22,7 @@ from tests.e2e.cluster import PROFILE_LABEL, SWAP_LABEL, ControlPlane, wait_for_
 from tests.e2e.install import Installation, container, manifest, pod
 from webhook import certs
 from webhook.engine.backing import PERMILLE_LABEL
-from webhook.engine.pressure import PRESSURE_LABEL
+from webhook.engine.pressure import MARKS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.smoke]
 
@@ -32,7 +32,7 @@ PROFILES = {
 }
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 SWAP_EXPR = {"key": SWAP_LABEL, "operator": "In", "values": ["true"]}
-NO_PRESSURE = {"key": PRESSURE_LABEL, "operator": "DoesNotExist"}
+NO_MARKS = [mark.expression() for mark in MARKS]
 
 
 def backed(need: int) -> dict[str, Any]:
@@ -88,7 +88,7 @@ def test_dry_run_server_shows_the_reshaped_pod_and_warnings(
     assert result["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "100m"
     assert result["metadata"]["annotations"][PROFILE_LABEL] == "sandbox"
     terms = result["spec"]["affinity"]["nodeAffinity"][REQUIRED]["nodeSelectorTerms"]
-    assert terms == [{"matchExpressions": [SWAP_EXPR, NO_PRESSURE, backed(1999)]}]
+    assert terms == [{"matchExpressions": [SWAP_EXPR, *NO_MARKS, backed(1999)]}]
     assert "Warning: swapwise: app memory request 2Gi -> 683Mi (limit 2Gi)" in out.stderr
     assert ("Warning: swapwise: needs nodes whose swap is >= 1999\u2030 of their RAM (node "
             "label swapwise.io/swap-permille, from label-nodes)") in out.stderr
@@ -285,7 +285,7 @@ def test_existing_node_affinity_gets_the_swap_expression_in_every_term(
     control_plane.apply(json.dumps(p))
     got = stored(control_plane, "affine", "sandboxes")
     for term in got["spec"]["affinity"]["nodeAffinity"][REQUIRED]["nodeSelectorTerms"]:
-        assert term["matchExpressions"][-3:] == [SWAP_EXPR, NO_PRESSURE, backed(1999)]
+        assert term["matchExpressions"][-3:] == [SWAP_EXPR, *NO_MARKS, backed(1999)]
     # The plain node is still named by the first term, but can no longer be chosen.
     assert bound_node(control_plane, "affine", "sandboxes") in standard_nodes["swap"]
 
@@ -436,7 +436,7 @@ def test_reinvocation_with_a_second_webhook_gives_a_stable_correct_pod(
     }
     terms = got["spec"]["affinity"]["nodeAffinity"][REQUIRED]["nodeSelectorTerms"]
     # placed once; the second pass's need (injected: 1977) is below the first's, kept
-    assert terms == [{"matchExpressions": [SWAP_EXPR, NO_PRESSURE, backed(1999)]}]
+    assert terms == [{"matchExpressions": [SWAP_EXPR, *NO_MARKS, backed(1999)]}]
 
 
 # 7 -------------------------------------------------------------------------------------

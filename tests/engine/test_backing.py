@@ -20,7 +20,7 @@ from tests.support.engine_check import apply
 from tests.support.engine_tables import (
     BACKED_2GI,
     DEFAULT,
-    NO_PRESSURE,
+    NO_MARKS,
     PERMILLE,
     PREFERRED,
     REQUIRED,
@@ -59,10 +59,10 @@ def test_worked_example_of_the_docs() -> None:
     # swapRatio 2, limit 256Mi: request ceilMi(256/3) = 86Mi; 1000 x 170 / 86 = 1976.7 -> 1977
     result, mutation = apply(pod(guaranteed("256Mi")), profile(swapRatio=2))
     assert memory(result) == {"request": "86Mi", "limit": "256Mi"}
-    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, NO_PRESSURE, gt("1976")]}]
+    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, *NO_MARKS, gt("1976")]}]
     assert mutation.warnings[-1] == (
         "swapwise: needs nodes whose swap is >= 1977\u2030 of their RAM (node label "
-        "swapwise.io/swap-permille, from label-nodes)")
+        "swapwise.io/swap-permille, from the node agent)")
     assert mutation.warnings.count(mutation.warnings[-1]) == 1
 
 
@@ -70,7 +70,7 @@ def test_request_of_one_mebibyte() -> None:
     # minRequest 1Mi, limit 3Mi: request ceilMi(1Mi) = 1Mi; 1000 x 2Mi / 1Mi = 2000 exactly
     result, mutation = apply(pod(guaranteed("3Mi")), profile(minRequest="1Mi", swapRatio=2))
     assert memory(result) == {"request": "1Mi", "limit": "3Mi"}
-    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, NO_PRESSURE, gt("1999")]}]
+    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, *NO_MARKS, gt("1999")]}]
     assert mutation.warnings[-1] == backing_warning(2000)
 
 
@@ -79,7 +79,7 @@ def test_limit_a_thousand_times_the_request() -> None:
     result, mutation = apply(pod(guaranteed("1000Mi")),
                              profile(minRequest="1Mi", requestRatio=0.001))
     assert memory(result) == {"request": "1Mi", "limit": "1000Mi"}
-    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, NO_PRESSURE, gt("998999")]}]
+    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, *NO_MARKS, gt("998999")]}]
     assert mutation.warnings[-1] == backing_warning(999000)
     assert len(mutation.warnings[-1]) <= 120
 
@@ -91,7 +91,7 @@ def test_need_rounds_up_to_the_next_permille() -> None:
                                  ("1002Mi", "1001Mi", 1)):
         result, _ = apply(pod(guaranteed(limit)), profile(minRequest=minimum))
         assert memory(result)["request"] == minimum
-        assert terms(result) == [{"matchExpressions": [SWAP_EXPR, NO_PRESSURE,
+        assert terms(result) == [{"matchExpressions": [SWAP_EXPR, *NO_MARKS,
                                                        gt(str(need - 1))]}], limit
 
 
@@ -102,13 +102,13 @@ def test_exabyte_limits_are_exact() -> None:
     # the rendered CEL must still get exactly 2000.
     result, _ = apply(pod(guaranteed("7Ei")), profile(swapRatio=2))
     assert memory(result)["request"] == "2565527131478Mi"
-    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, NO_PRESSURE, gt("1999")]}]
+    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, *NO_MARKS, gt("1999")]}]
 
 
 def test_defaulted_limit_counts() -> None:
     # defaultLimit 1Gi: request 342Mi; 1000 x 682 / 342 = 1994.2 -> 1995
     result, mutation = apply(pod(container(cpu=None)), profile(defaultLimit="1Gi"))
-    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, NO_PRESSURE, gt("1994")]}]
+    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, *NO_MARKS, gt("1994")]}]
     assert mutation.warnings[-1] == backing_warning(1995)
 
 
@@ -119,7 +119,7 @@ def test_raised_limit_of_a_vpa_managed_container_counts() -> None:
         "vpaUpdates": "Pod resources updated by v: container 0: memory request, memory limit"})
     result, mutation = apply(p, DEFAULT)
     assert memory(result) == {"request": "1Gi", "limit": "3Gi"}
-    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, NO_PRESSURE, gt("1999")]}]
+    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, *NO_MARKS, gt("1999")]}]
     assert mutation.warnings[-1] == backing_warning(2000)
 
 
@@ -132,7 +132,7 @@ def test_only_containers_changed_in_this_pass_count() -> None:
     p = pod(container("left", request="64Mi", limit="4Gi"), guaranteed("2Gi"))
     result, mutation = apply(p, DEFAULT)
     assert memory(result, 0) == {"request": "64Mi", "limit": "4Gi"}
-    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, NO_PRESSURE, BACKED_2GI]}]
+    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, *NO_MARKS, BACKED_2GI]}]
     assert mutation.warnings[-1] == backing_warning(1999)
 
 
@@ -142,7 +142,7 @@ def test_a_container_left_unchanged_by_a_too_high_target_does_not_count() -> Non
     result, mutation = apply(p, DEFAULT)
     assert memory(result, 0) == {"request": "16Mi", "limit": "16Mi"}
     # 3Gi -> 1Gi: 2000
-    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, NO_PRESSURE, gt("1999")]}]
+    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, *NO_MARKS, gt("1999")]}]
     assert mutation.warnings[0].startswith("swapwise: small memory left unchanged")
 
 
@@ -151,7 +151,7 @@ def test_init_container_can_hold_the_largest_need() -> None:
     p = pod(guaranteed("2Gi"), init=[guaranteed("3Gi", name="setup")])
     result, mutation = apply(p, DEFAULT)
     assert memory(result, 0, "initContainers")["request"] == "1Gi"
-    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, NO_PRESSURE, gt("1999")]}]
+    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, *NO_MARKS, gt("1999")]}]
     assert mutation.warnings[-1] == backing_warning(2000)
 
 
@@ -159,12 +159,12 @@ def test_sidecar_counts_and_plain_init_container_alone_counts() -> None:
     # sidecar 1.5Gi -> 512Mi: 2000; app 4Gi -> 1366Mi: 1999
     sidecar = {**guaranteed("1.5Gi", name="proxy"), "restartPolicy": "Always"}
     result, _ = apply(pod(guaranteed("4Gi"), init=[sidecar]), DEFAULT)
-    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, NO_PRESSURE, gt("1999")]}]
+    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, *NO_MARKS, gt("1999")]}]
     # only a plain init container changes (the app container is already eligible):
     # minRequest 64Mi, init 100Mi -> 64Mi: 1000 x 36 / 64 = 562.5 -> 563
     p = pod(container("app", request="64Mi", limit="4Gi"), init=[guaranteed("100Mi", "1", "i")])
     result, mutation = apply(p, profile(minRequest="64Mi"))
-    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, NO_PRESSURE, gt("562")]}]
+    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, *NO_MARKS, gt("562")]}]
     assert mutation.warnings[-1] == backing_warning(563)
 
 
@@ -177,11 +177,11 @@ def test_several_own_terms_each_get_the_expression_after_the_swap_label() -> Non
         {"matchExpressions": [ZONE, SWAP_EXPR, gt("5000")]}))
     result, mutation = apply(p, DEFAULT)
     assert terms(result) == [
-        {"matchExpressions": [ZONE, SWAP_EXPR, NO_PRESSURE, BACKED_2GI]},
-        {**HOSTNAME, "matchExpressions": [SWAP_EXPR, NO_PRESSURE, BACKED_2GI]},
-        {"matchExpressions": [SWAP_EXPR, NO_PRESSURE, BACKED_2GI]},
+        {"matchExpressions": [ZONE, SWAP_EXPR, *NO_MARKS, BACKED_2GI]},
+        {**HOSTNAME, "matchExpressions": [SWAP_EXPR, *NO_MARKS, BACKED_2GI]},
+        {"matchExpressions": [SWAP_EXPR, *NO_MARKS, BACKED_2GI]},
         # a stricter backing entry is left alone; the pressure entry is appended after it
-        {"matchExpressions": [ZONE, SWAP_EXPR, gt("5000"), NO_PRESSURE]},
+        {"matchExpressions": [ZONE, SWAP_EXPR, gt("5000"), *NO_MARKS]},
     ]
     assert [op["path"] for op in backing_ops(mutation)] == [
         f"{TERMS}/0/matchExpressions/-", f"{TERMS}/1/matchExpressions",
@@ -206,7 +206,7 @@ def test_an_earlier_gt_on_the_key_is_kept_when_it_implies_ours_else_replaced(
     p = pod(guaranteed(), affinity=required({"matchExpressions": [gt(value), ZONE]}))
     result, mutation = apply(p, DEFAULT)
     ours = gt(value) if kept else BACKED_2GI
-    assert terms(result) == [{"matchExpressions": [ours, ZONE, SWAP_EXPR, NO_PRESSURE]}]
+    assert terms(result) == [{"matchExpressions": [ours, ZONE, SWAP_EXPR, *NO_MARKS]}]
     if not kept:
         assert backing_ops(mutation) == [
             {"op": "replace", "path": f"{TERMS}/0/matchExpressions/0", "value": BACKED_2GI}]
@@ -234,7 +234,7 @@ def test_other_entries_on_the_key_are_the_users_and_ours_is_added(
 ) -> None:
     p = pod(guaranteed(), affinity=required({"matchExpressions": [theirs]}))
     result, mutation = apply(p, DEFAULT)
-    assert terms(result) == [{"matchExpressions": [theirs, SWAP_EXPR, NO_PRESSURE,
+    assert terms(result) == [{"matchExpressions": [theirs, SWAP_EXPR, *NO_MARKS,
                                                    BACKED_2GI]}]
     assert [op["op"] for op in backing_ops(mutation)] == ["add"]
 
@@ -246,8 +246,8 @@ def test_only_the_first_weaker_entry_is_replaced() -> None:
     ))
     result, mutation = apply(p, DEFAULT)
     assert terms(result) == [
-        {"matchExpressions": [SWAP_EXPR, BACKED_2GI, ZONE, gt("200"), NO_PRESSURE]},
-        {"matchExpressions": [gt("100"), gt("1998"), SWAP_EXPR, NO_PRESSURE]},
+        {"matchExpressions": [SWAP_EXPR, BACKED_2GI, ZONE, gt("200"), *NO_MARKS]},
+        {"matchExpressions": [gt("100"), gt("1998"), SWAP_EXPR, *NO_MARKS]},
     ]
     assert backing_ops(mutation) == [
         {"op": "replace", "path": f"{TERMS}/0/matchExpressions/1", "value": BACKED_2GI}]
@@ -258,7 +258,7 @@ def test_null_and_empty_terms() -> None:
                                             {"matchExpressions": []}))
     result, _ = apply(p, DEFAULT)
     assert [t["matchExpressions"] for t in terms(result)] == \
-        [[SWAP_EXPR, NO_PRESSURE, BACKED_2GI]] * 4
+        [[SWAP_EXPR, *NO_MARKS, BACKED_2GI]] * 4
 
 
 def test_affinity_objects_created_on_the_way() -> None:
@@ -266,7 +266,7 @@ def test_affinity_objects_created_on_the_way() -> None:
                      {"nodeAffinity": {PREFERRED: []}}, {"nodeAffinity": {REQUIRED: {}}},
                      required()):
         result, _ = apply(pod(guaranteed(), affinity=copy.deepcopy(affinity)), DEFAULT)
-        assert terms(result) == [{"matchExpressions": [SWAP_EXPR, NO_PRESSURE, BACKED_2GI]}], \
+        assert terms(result) == [{"matchExpressions": [SWAP_EXPR, *NO_MARKS, BACKED_2GI]}], \
             affinity
 
 
@@ -276,23 +276,23 @@ def test_affinity_objects_created_on_the_way() -> None:
 def test_empty_node_selector_still_requires_backing() -> None:
     prof = profile(placement={"nodeSelector": {}})
     result, mutation = apply(pod(guaranteed()), prof)
-    assert terms(result) == [{"matchExpressions": [NO_PRESSURE, BACKED_2GI]}]
+    assert terms(result) == [{"matchExpressions": [*NO_MARKS, BACKED_2GI]}]
     assert mutation.warnings[-1] == backing_warning(1999)
     result, _ = apply(pod(guaranteed(), affinity=required({"matchExpressions": [ZONE]}, None)),
                       prof)
-    assert terms(result) == [{"matchExpressions": [ZONE, NO_PRESSURE, BACKED_2GI]},
-                             {"matchExpressions": [NO_PRESSURE, BACKED_2GI]}]
+    assert terms(result) == [{"matchExpressions": [ZONE, *NO_MARKS, BACKED_2GI]},
+                             {"matchExpressions": [*NO_MARKS, BACKED_2GI]}]
     # nothing changed: no backing and no swap label to require, the pressure entry only
     eligible = pod(container("app", request="64Mi", limit="2Gi"))
     result, mutation = apply(eligible, prof)
-    assert terms(result) == [{"matchExpressions": [NO_PRESSURE]}] and mutation.warnings == []
+    assert terms(result) == [{"matchExpressions": [*NO_MARKS]}] and mutation.warnings == []
 
 
 def test_swap_backing_off() -> None:
     prof = profile(placement={"swapBacking": "off"})
     result, mutation = apply(pod(guaranteed(), affinity=required(
         {"matchExpressions": [gt("100")]})), prof)
-    assert terms(result) == [{"matchExpressions": [gt("100"), SWAP_EXPR, NO_PRESSURE]}]
+    assert terms(result) == [{"matchExpressions": [gt("100"), SWAP_EXPR, *NO_MARKS]}]
     assert mutation.warnings == ["swapwise: app memory request 2Gi -> 683Mi (limit 2Gi)"]
 
 
@@ -315,7 +315,7 @@ def test_no_backing_when_no_placement() -> None:
 
 def test_already_eligible_pod_gets_no_backing_entry() -> None:
     result, mutation = apply(pod(container("app", request="64Mi", limit="2Gi")), DEFAULT)
-    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, NO_PRESSURE]}]
+    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, *NO_MARKS]}]
     assert mutation.warnings == []
 
 
@@ -343,17 +343,17 @@ def test_reinvoked_after_another_webhook_added_a_container() -> None:
     # Pass 1 reshaped a 32Mi container (need 1000: Gt 999); then another webhook added a
     # 2Gi one. Pass 2 counts only the new change (1999) and replaces the weaker entry.
     first, _ = apply(pod(guaranteed("32Mi", name="small")), DEFAULT)
-    assert terms(first) == [{"matchExpressions": [SWAP_EXPR, NO_PRESSURE, gt("999")]}]
+    assert terms(first) == [{"matchExpressions": [SWAP_EXPR, *NO_MARKS, gt("999")]}]
     first["spec"]["containers"].append(guaranteed("2Gi", name="added"))
     second, mutation = apply(first, DEFAULT)
-    assert terms(second) == [{"matchExpressions": [SWAP_EXPR, NO_PRESSURE, BACKED_2GI]}]
+    assert terms(second) == [{"matchExpressions": [SWAP_EXPR, *NO_MARKS, BACKED_2GI]}]
     assert backing_ops(mutation) == [
-        {"op": "replace", "path": f"{TERMS}/0/matchExpressions/2", "value": BACKED_2GI}]
+        {"op": "replace", "path": f"{TERMS}/0/matchExpressions/3", "value": BACKED_2GI}]
     # The other way round: the stricter entry of pass 1 stays.
     first, _ = apply(pod(guaranteed("2Gi")), DEFAULT)
     first["spec"]["containers"].append(guaranteed("32Mi", name="added"))
     second, mutation = apply(first, DEFAULT)
-    assert terms(second) == [{"matchExpressions": [SWAP_EXPR, NO_PRESSURE, BACKED_2GI]}]
+    assert terms(second) == [{"matchExpressions": [SWAP_EXPR, *NO_MARKS, BACKED_2GI]}]
     assert backing_ops(mutation) == []
     assert mutation.warnings[-1] == backing_warning(1000)
 
@@ -363,6 +363,6 @@ def test_patch_applies_to_the_pod_as_sent() -> None:
                                             {"matchExpressions": [ZONE]}))
     mutation = mutate_pod(p, DEFAULT)
     result = jsonpatch.apply_patch(p, mutation.patch)
-    assert terms(result) == [{"matchExpressions": [BACKED_2GI, SWAP_EXPR, NO_PRESSURE]},
-                             {"matchExpressions": [ZONE, SWAP_EXPR, NO_PRESSURE, BACKED_2GI]}]
+    assert terms(result) == [{"matchExpressions": [BACKED_2GI, SWAP_EXPR, *NO_MARKS]},
+                             {"matchExpressions": [ZONE, SWAP_EXPR, *NO_MARKS, BACKED_2GI]}]
     assert SWAP in str(result)

@@ -10,7 +10,7 @@ from tests.support.engine_check import apply
 from tests.support.engine_tables import (
     BACKED_2GI,
     DEFAULT,
-    NO_PRESSURE,
+    NO_MARKS,
     PREFERRED,
     REQUIRED,
     SWAP,
@@ -25,7 +25,7 @@ from webhook.engine import mutate_pod
 
 def test_required_placement_created_from_nothing() -> None:
     result, _ = apply(pod(guaranteed()), DEFAULT)
-    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, NO_PRESSURE, BACKED_2GI]}]
+    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, *NO_MARKS, BACKED_2GI]}]
 
 
 def test_every_required_term_gets_the_expression() -> None:
@@ -37,10 +37,10 @@ def test_every_required_term_gets_the_expression() -> None:
     ]}}, "podAntiAffinity": {}}
     result, _ = apply(pod(guaranteed(), affinity=affinity), DEFAULT)
     t = terms(result)
-    assert t[0]["matchExpressions"] == [zone, SWAP_EXPR, NO_PRESSURE, BACKED_2GI]
-    assert t[1]["matchExpressions"] == [SWAP_EXPR, NO_PRESSURE, BACKED_2GI]
+    assert t[0]["matchExpressions"] == [zone, SWAP_EXPR, *NO_MARKS, BACKED_2GI]
+    assert t[1]["matchExpressions"] == [SWAP_EXPR, *NO_MARKS, BACKED_2GI]
     assert "matchFields" in t[1]
-    assert t[2]["matchExpressions"] == [SWAP_EXPR, NO_PRESSURE, BACKED_2GI]
+    assert t[2]["matchExpressions"] == [SWAP_EXPR, *NO_MARKS, BACKED_2GI]
     assert result["spec"]["affinity"]["podAntiAffinity"] == {}
 
 
@@ -50,14 +50,14 @@ def test_existing_preferred_affinity_kept_when_adding_required() -> None:
     result, _ = apply(pod(guaranteed(), affinity={"nodeAffinity": {PREFERRED: preferred}}),
                       DEFAULT)
     assert result["spec"]["affinity"]["nodeAffinity"][PREFERRED] == preferred
-    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, NO_PRESSURE, BACKED_2GI]}]
+    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, *NO_MARKS, BACKED_2GI]}]
 
 
 def test_multiple_node_selector_pairs_all_added() -> None:
     prof = profile(placement={"nodeSelector": {SWAP: "true", "pool": "swap"}})
     result, _ = apply(pod(guaranteed()), prof)
     assert terms(result) == [{"matchExpressions": [
-        SWAP_EXPR, {"key": "pool", "operator": "In", "values": ["swap"]}, NO_PRESSURE,
+        SWAP_EXPR, {"key": "pool", "operator": "In", "values": ["swap"]}, *NO_MARKS,
         BACKED_2GI]}]
 
 

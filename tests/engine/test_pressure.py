@@ -1,8 +1,10 @@
-"""docs/rules.md "The memory-pressure mark": ``swapwise.io/memory-pressure DoesNotExist`` in
-every required term of a pod that gets required placement.
+"""docs/rules.md "The pressure marks": ``swapwise.io/memory-pressure DoesNotExist`` and
+``swapwise.io/cpu-pressure DoesNotExist`` in every required term of a pod that gets required
+placement.
 
-``label-nodes --pressure-guard`` labels a thrashing swap node ``swapwise.io/memory-pressure:
-"true"``; this entry keeps new reshaped pods off it. Every case runs through ``apply``: the
+The node agent labels a swap node under sustained memory or CPU pressure
+``swapwise.io/memory-pressure: "true"`` or ``swapwise.io/cpu-pressure: "true"``; these entries
+keep new reshaped pods off it. Every case runs through ``apply``: the
 patch is applied with jsonpatch, nothing but memory, affinity, tolerations and annotations
 changes, and a second pass over the result gives no patch at all. tests/e2e/
 test_admission_policy.py replays these cases through the rendered admission policies on a
@@ -20,7 +22,10 @@ import pytest
 from tests.support.engine_check import apply
 from tests.support.engine_tables import (
     BACKED_2GI,
+    CPU_PRESSURE,
     DEFAULT,
+    NO_CPU_PRESSURE,
+    NO_MARKS,
     NO_PRESSURE,
     PREFERRED,
     PRESSURE,
@@ -32,7 +37,7 @@ from tests.support.engine_tables import (
 )
 from tests.support.pods import container, guaranteed, pod
 from webhook.engine import mutate_pod
-from webhook.engine.pressure import PRESSURE_LABEL
+from webhook.engine.pressure import CPU_MARK, MARKS, MEMORY_MARK
 
 TERMS = f"/spec/affinity/nodeAffinity/{REQUIRED}/nodeSelectorTerms"
 ZONE = {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a"]}
@@ -46,15 +51,18 @@ def required(*term_list: Any) -> dict[str, Any]:
 
 
 def pressure_ops(mutation: Any) -> list[dict[str, Any]]:
-    return [op for op in mutation.patch if PRESSURE in str(op.get("value"))]
+    return [op for op in mutation.patch
+            if PRESSURE in str(op.get("value")) or CPU_PRESSURE in str(op.get("value"))]
 
 
-def test_the_entry_is_the_guards_label_with_no_values_member() -> None:
-    assert PRESSURE == PRESSURE_LABEL
+def test_the_entries_are_the_agents_marks_with_no_values_member() -> None:
+    assert (PRESSURE, CPU_PRESSURE) == (MEMORY_MARK.key, CPU_MARK.key)
+    assert [mark.key for mark in MARKS] == [PRESSURE, CPU_PRESSURE]
     result, _ = apply(pod(guaranteed()), DEFAULT)
-    entry = terms(result)[0]["matchExpressions"][1]
-    assert entry == {"key": "swapwise.io/memory-pressure", "operator": "DoesNotExist"}
-    assert "values" not in entry
+    entries = terms(result)[0]["matchExpressions"][1:3]
+    assert entries == [{"key": "swapwise.io/memory-pressure", "operator": "DoesNotExist"},
+                       {"key": "swapwise.io/cpu-pressure", "operator": "DoesNotExist"}]
+    assert all("values" not in entry for entry in entries)
 
 
 # --------------------------------------------------------------------------- where it goes
@@ -62,13 +70,13 @@ def test_the_entry_is_the_guards_label_with_no_values_member() -> None:
 
 def test_created_term_has_it_between_the_swap_label_and_the_backing_entry() -> None:
     result, mutation = apply(pod(guaranteed()), DEFAULT)
-    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, NO_PRESSURE, BACKED_2GI]}]
+    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, *NO_MARKS, BACKED_2GI]}]
     assert len(pressure_ops(mutation)) == 1
 
 
 def test_without_backing_it_comes_last() -> None:
     result, mutation = apply(pod(guaranteed()), NO_BACKING)
-    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, NO_PRESSURE]}]
+    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, *NO_MARKS]}]
     assert mutation.warnings == ["swapwise: app memory request 2Gi -> 683Mi (limit 2Gi)"]
 
 
@@ -79,22 +87,25 @@ def test_every_user_term_gets_it_exactly_once() -> None:
         {**HOSTNAME, "matchExpressions": [ZONE]}))
     result, mutation = apply(p, DEFAULT)
     assert terms(result) == [
-        {"matchExpressions": [ZONE, SWAP_EXPR, NO_PRESSURE, BACKED_2GI]},
-        {**HOSTNAME, "matchExpressions": [SWAP_EXPR, NO_PRESSURE, BACKED_2GI]},
-        {"matchExpressions": [SWAP_EXPR, pool, NO_PRESSURE, BACKED_2GI]},
-        {**HOSTNAME, "matchExpressions": [ZONE, SWAP_EXPR, NO_PRESSURE, BACKED_2GI]},
+        {"matchExpressions": [ZONE, SWAP_EXPR, *NO_MARKS, BACKED_2GI]},
+        {**HOSTNAME, "matchExpressions": [SWAP_EXPR, *NO_MARKS, BACKED_2GI]},
+        {"matchExpressions": [SWAP_EXPR, pool, *NO_MARKS, BACKED_2GI]},
+        {**HOSTNAME, "matchExpressions": [ZONE, SWAP_EXPR, *NO_MARKS, BACKED_2GI]},
     ]
     # a term with expressions gets them appended one by one; one without, all at once
     assert [op for op in mutation.patch if op["path"].startswith(TERMS)] == [
         {"op": "add", "path": f"{TERMS}/0/matchExpressions/-", "value": SWAP_EXPR},
         {"op": "add", "path": f"{TERMS}/0/matchExpressions/-", "value": NO_PRESSURE},
+        {"op": "add", "path": f"{TERMS}/0/matchExpressions/-", "value": NO_CPU_PRESSURE},
         {"op": "add", "path": f"{TERMS}/0/matchExpressions/-", "value": BACKED_2GI},
         {"op": "add", "path": f"{TERMS}/1/matchExpressions",
-         "value": [SWAP_EXPR, NO_PRESSURE, BACKED_2GI]},
+         "value": [SWAP_EXPR, *NO_MARKS, BACKED_2GI]},
         {"op": "add", "path": f"{TERMS}/2/matchExpressions/-", "value": NO_PRESSURE},
+        {"op": "add", "path": f"{TERMS}/2/matchExpressions/-", "value": NO_CPU_PRESSURE},
         {"op": "add", "path": f"{TERMS}/2/matchExpressions/-", "value": BACKED_2GI},
         {"op": "add", "path": f"{TERMS}/3/matchExpressions/-", "value": SWAP_EXPR},
         {"op": "add", "path": f"{TERMS}/3/matchExpressions/-", "value": NO_PRESSURE},
+        {"op": "add", "path": f"{TERMS}/3/matchExpressions/-", "value": NO_CPU_PRESSURE},
         {"op": "add", "path": f"{TERMS}/3/matchExpressions/-", "value": BACKED_2GI},
     ]
 
@@ -104,7 +115,7 @@ def test_null_and_empty_terms(backing: bool) -> None:
     p = pod(guaranteed(), affinity=required(None, {}, {"matchExpressions": None},
                                             {"matchExpressions": []}, HOSTNAME))
     result, _ = apply(p, DEFAULT if backing else NO_BACKING)
-    want = [SWAP_EXPR, NO_PRESSURE, BACKED_2GI] if backing else [SWAP_EXPR, NO_PRESSURE]
+    want = [SWAP_EXPR, *NO_MARKS, BACKED_2GI] if backing else [SWAP_EXPR, *NO_MARKS]
     assert [t["matchExpressions"] for t in terms(result)] == [want] * 5
     assert terms(result)[4]["matchFields"] == HOSTNAME["matchFields"]
 
@@ -113,8 +124,8 @@ def test_affinity_objects_created_on_the_way() -> None:
     for affinity in ({}, {"podAntiAffinity": {}}, {"nodeAffinity": {}},
                      {"nodeAffinity": {PREFERRED: []}}, {"nodeAffinity": {REQUIRED: {}}},
                      required()):
-        for prof, want in ((DEFAULT, [SWAP_EXPR, NO_PRESSURE, BACKED_2GI]),
-                           (NO_BACKING, [SWAP_EXPR, NO_PRESSURE])):
+        for prof, want in ((DEFAULT, [SWAP_EXPR, *NO_MARKS, BACKED_2GI]),
+                           (NO_BACKING, [SWAP_EXPR, *NO_MARKS])):
             result, _ = apply(pod(guaranteed(), affinity=copy.deepcopy(affinity)), prof)
             assert terms(result) == [{"matchExpressions": want}], affinity
 
@@ -124,45 +135,47 @@ def test_affinity_objects_created_on_the_way() -> None:
 
 def test_present_in_a_term_is_not_added_again_there() -> None:
     p = pod(guaranteed(), affinity=required(
-        {"matchExpressions": [NO_PRESSURE, ZONE]}, {"matchExpressions": [ZONE]},
-        {"matchExpressions": [SWAP_EXPR, NO_PRESSURE]}))
+        {"matchExpressions": [*NO_MARKS, ZONE]}, {"matchExpressions": [ZONE]},
+        {"matchExpressions": [SWAP_EXPR, *NO_MARKS]}))
     result, mutation = apply(p, DEFAULT)
     assert terms(result) == [
-        {"matchExpressions": [NO_PRESSURE, ZONE, SWAP_EXPR, BACKED_2GI]},
-        {"matchExpressions": [ZONE, SWAP_EXPR, NO_PRESSURE, BACKED_2GI]},
-        {"matchExpressions": [SWAP_EXPR, NO_PRESSURE, BACKED_2GI]},
+        {"matchExpressions": [*NO_MARKS, ZONE, SWAP_EXPR, BACKED_2GI]},
+        {"matchExpressions": [ZONE, SWAP_EXPR, *NO_MARKS, BACKED_2GI]},
+        {"matchExpressions": [SWAP_EXPR, *NO_MARKS, BACKED_2GI]},
     ]
     assert pressure_ops(mutation) == [
-        {"op": "add", "path": f"{TERMS}/1/matchExpressions/-", "value": NO_PRESSURE}]
+        {"op": "add", "path": f"{TERMS}/1/matchExpressions/-", "value": NO_PRESSURE},
+        {"op": "add", "path": f"{TERMS}/1/matchExpressions/-", "value": NO_CPU_PRESSURE}]
 
 
 def test_present_with_an_empty_values_list_counts_as_present() -> None:
     # the key and the operator decide; DoesNotExist takes no values (an empty list is one)
-    present = {**NO_PRESSURE, "values": []}
-    p = pod(guaranteed(), affinity=required({"matchExpressions": [SWAP_EXPR, present]}))
+    present = [{**entry, "values": []} for entry in NO_MARKS]
+    p = pod(guaranteed(), affinity=required({"matchExpressions": [SWAP_EXPR, *present]}))
     result, mutation = apply(p, NO_BACKING)
-    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, present]}]
+    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, *present]}]
     assert pressure_ops(mutation) == []
 
 
 def test_everything_present_gives_no_patch_at_all() -> None:
     # a pod already swap-eligible, with every entry of its profile: nothing to do
-    p = pod(ELIGIBLE, affinity=required({"matchExpressions": [SWAP_EXPR, NO_PRESSURE]}))
+    p = pod(ELIGIBLE, affinity=required({"matchExpressions": [SWAP_EXPR, *NO_MARKS]}))
     assert mutate_pod(p, DEFAULT).patch == []
-    p = pod(ELIGIBLE, affinity=required({"matchExpressions": [NO_PRESSURE]}))
+    p = pod(ELIGIBLE, affinity=required({"matchExpressions": [*NO_MARKS]}))
     assert mutate_pod(p, profile(placement={"nodeSelector": {}})).patch == []
 
 
-def test_only_the_missing_entry_is_added_to_a_pod_placed_before_the_guard() -> None:
-    # reshaped by a swapwise without the guard (annotations, swap label, backing), reinvoked
+def test_only_the_missing_entries_are_added_to_a_pod_placed_before_the_marks() -> None:
+    # reshaped by a swapwise without the marks (annotations, swap label, backing), reinvoked
     before, _ = apply(pod(guaranteed()), DEFAULT)
     del before["spec"]["affinity"]["nodeAffinity"][REQUIRED]["nodeSelectorTerms"][0][
-        "matchExpressions"][1]
+        "matchExpressions"][1:3]
     assert terms(before) == [{"matchExpressions": [SWAP_EXPR, BACKED_2GI]}]
     result, mutation = apply(before, DEFAULT)
     assert mutation.patch == [
-        {"op": "add", "path": f"{TERMS}/0/matchExpressions/-", "value": NO_PRESSURE}]
-    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, BACKED_2GI, NO_PRESSURE]}]
+        {"op": "add", "path": f"{TERMS}/0/matchExpressions/-", "value": NO_PRESSURE},
+        {"op": "add", "path": f"{TERMS}/0/matchExpressions/-", "value": NO_CPU_PRESSURE}]
+    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, BACKED_2GI, *NO_MARKS]}]
 
 
 @pytest.mark.parametrize(
@@ -180,10 +193,11 @@ def test_other_entries_on_the_key_are_the_users_and_ours_is_added(
 ) -> None:
     p = pod(guaranteed(), affinity=required({"matchExpressions": [theirs]}))
     result, mutation = apply(p, DEFAULT)
-    assert terms(result) == [{"matchExpressions": [theirs, SWAP_EXPR, NO_PRESSURE,
+    assert terms(result) == [{"matchExpressions": [theirs, SWAP_EXPR, *NO_MARKS,
                                                    BACKED_2GI]}]
     assert pressure_ops(mutation) == [
-        {"op": "add", "path": f"{TERMS}/0/matchExpressions/-", "value": NO_PRESSURE}]
+        {"op": "add", "path": f"{TERMS}/0/matchExpressions/-", "value": NO_PRESSURE},
+        {"op": "add", "path": f"{TERMS}/0/matchExpressions/-", "value": NO_CPU_PRESSURE}]
 
 
 # --------------------------------------------------------------------------- which pods
@@ -192,15 +206,15 @@ def test_other_entries_on_the_key_are_the_users_and_ours_is_added(
 def test_empty_node_selector_still_gets_it() -> None:
     empty = profile(placement={"nodeSelector": {}})
     result, _ = apply(pod(guaranteed()), empty)
-    assert terms(result) == [{"matchExpressions": [NO_PRESSURE, BACKED_2GI]}]
+    assert terms(result) == [{"matchExpressions": [*NO_MARKS, BACKED_2GI]}]
     result, mutation = apply(pod(guaranteed()),
                              profile(placement={"nodeSelector": {}, "swapBacking": "off"}))
-    assert terms(result) == [{"matchExpressions": [NO_PRESSURE]}]
+    assert terms(result) == [{"matchExpressions": [*NO_MARKS]}]
     assert mutation.warnings == ["swapwise: app memory request 2Gi -> 683Mi (limit 2Gi)"]
     result, _ = apply(pod(guaranteed(), affinity=required({"matchExpressions": [ZONE]}, {})),
                       empty)
-    assert terms(result) == [{"matchExpressions": [ZONE, NO_PRESSURE, BACKED_2GI]},
-                             {"matchExpressions": [NO_PRESSURE, BACKED_2GI]}]
+    assert terms(result) == [{"matchExpressions": [ZONE, *NO_MARKS, BACKED_2GI]},
+                             {"matchExpressions": [*NO_MARKS, BACKED_2GI]}]
 
 
 @pytest.mark.parametrize("node_selector", [None, {}])
@@ -209,7 +223,7 @@ def test_already_eligible_pod_swapwise_did_not_change_gets_it(
 ) -> None:
     placement = {} if node_selector is None else {"nodeSelector": node_selector}
     result, mutation = apply(pod(ELIGIBLE), profile(placement=placement))
-    want = [NO_PRESSURE] if node_selector == {} else [SWAP_EXPR, NO_PRESSURE]
+    want = [*NO_MARKS] if node_selector == {} else [SWAP_EXPR, *NO_MARKS]
     assert terms(result) == [{"matchExpressions": want}]
     assert mutation.changes == [] and mutation.warnings == []
     assert result["metadata"]["annotations"] == {"swapwise.io/profile": "p"}
@@ -253,7 +267,8 @@ def test_second_pass_gives_no_patch(prof: Any) -> None:
         result, _ = apply(p, prof)
         again = mutate_pod(result, prof)
         assert again.patch == [] and again.warnings == []
-        assert all(t["matchExpressions"].count(NO_PRESSURE) == 1 for t in terms(result))
+        assert all(t["matchExpressions"].count(entry) == 1
+                   for t in terms(result) for entry in NO_MARKS)
 
 
 def test_reinvoked_after_another_webhook_added_a_term() -> None:
@@ -262,23 +277,24 @@ def test_reinvoked_after_another_webhook_added_a_term() -> None:
         {"matchExpressions": [ZONE]})
     second, mutation = apply(first, DEFAULT)
     assert terms(second) == [
-        {"matchExpressions": [SWAP_EXPR, NO_PRESSURE, BACKED_2GI]},
-        {"matchExpressions": [ZONE, SWAP_EXPR, NO_PRESSURE]},  # nothing changed: no backing
+        {"matchExpressions": [SWAP_EXPR, *NO_MARKS, BACKED_2GI]},
+        {"matchExpressions": [ZONE, SWAP_EXPR, *NO_MARKS]},  # nothing changed: no backing
     ]
     assert pressure_ops(mutation) == [
-        {"op": "add", "path": f"{TERMS}/1/matchExpressions/-", "value": NO_PRESSURE}]
+        {"op": "add", "path": f"{TERMS}/1/matchExpressions/-", "value": NO_PRESSURE},
+        {"op": "add", "path": f"{TERMS}/1/matchExpressions/-", "value": NO_CPU_PRESSURE}]
 
 
 def test_patch_applies_to_the_pod_as_sent() -> None:
     p = pod(guaranteed(), affinity=required(
         {"matchExpressions": [{"key": PRESSURE, "operator": "Exists"}, SWAP_EXPR]}, None,
-        {"matchExpressions": [NO_PRESSURE]}))
+        {"matchExpressions": [*NO_MARKS]}))
     mutation = mutate_pod(p, DEFAULT)
     result = jsonpatch.apply_patch(p, mutation.patch)
     assert terms(result) == [
-        {"matchExpressions": [{"key": PRESSURE, "operator": "Exists"}, SWAP_EXPR, NO_PRESSURE,
+        {"matchExpressions": [{"key": PRESSURE, "operator": "Exists"}, SWAP_EXPR, *NO_MARKS,
                               BACKED_2GI]},
-        {"matchExpressions": [SWAP_EXPR, NO_PRESSURE, BACKED_2GI]},
-        {"matchExpressions": [NO_PRESSURE, SWAP_EXPR, BACKED_2GI]},
+        {"matchExpressions": [SWAP_EXPR, *NO_MARKS, BACKED_2GI]},
+        {"matchExpressions": [*NO_MARKS, SWAP_EXPR, BACKED_2GI]},
     ]
     assert SWAP in str(result) and mutate_pod(result, DEFAULT).patch == []

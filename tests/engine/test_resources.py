@@ -10,7 +10,7 @@ import pytest
 from tests.support.engine_check import apply
 from tests.support.engine_tables import (
     DEFAULT,
-    NO_PRESSURE,
+    NO_MARKS,
     SWAP_EXPR,
     backed,
     backing_warning,
@@ -43,7 +43,7 @@ def test_guaranteed_request_becomes_target(limit: str, expected: str, need: int)
     assert result["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "100m"
     expected_warning = f"swapwise: app memory request {limit} -> {expected} (limit {limit})"
     assert mutation.warnings == [expected_warning, backing_warning(need)]
-    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, NO_PRESSURE, backed(need)]}]
+    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, *NO_MARKS, backed(need)]}]
 
 
 def test_limit_only_arrives_as_guaranteed_and_gets_a_request() -> None:
@@ -74,7 +74,7 @@ def test_swap_eligible_containers_keep_their_resources(c: dict[str, Any]) -> Non
     assert "resizePolicy" not in result["spec"]["containers"][0]
     assert mutation.changes == []
     # Already swap-eligible, so it is still steered to swap nodes and annotated.
-    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, NO_PRESSURE]}]
+    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, *NO_MARKS]}]
     assert result["metadata"]["annotations"] == {"swapwise.io/profile": "p"}
 
 
@@ -149,6 +149,6 @@ def test_multi_container_changes_only_guaranteed_ones_with_one_warning_each() ->
     # One per changed container, and the pod's backing: a (1Gi -> 342Mi) needs 1995‰ and
     # c (3Gi -> 1Gi) 2000‰; b, left as it came, needs 9240‰ but is not counted.
     assert mutation.warnings[2:] == [backing_warning(2000)] and len(mutation.warnings) == 3
-    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, NO_PRESSURE, backed(2000)]}]
+    assert terms(result) == [{"matchExpressions": [SWAP_EXPR, *NO_MARKS, backed(2000)]}]
     assert json.loads(result["metadata"]["annotations"]["swapwise.io/original"]) == {
         "a": {"request": "1Gi", "limit": "1Gi"}, "c": {"request": "3Gi", "limit": "3Gi"}}

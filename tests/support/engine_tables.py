@@ -8,14 +8,17 @@ from typing import Any
 from webhook.policy import build_policy
 from webhook.profile import Profile
 
-SWAP = "feature.node.kubernetes.io/memory-swap"
+SWAP = "swapwise.io/swap-node"
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 SWAP_EXPR = {"key": SWAP, "operator": "In", "values": ["true"]}
 PERMILLE = "swapwise.io/swap-permille"
 PRESSURE = "swapwise.io/memory-pressure"
-# Every required term of a pod with required placement: no memory-pressure mark on the node
+CPU_PRESSURE = "swapwise.io/cpu-pressure"
+# Every required term of a pod with required placement: no pressure mark on the node
 NO_PRESSURE = {"key": PRESSURE, "operator": "DoesNotExist"}
+NO_CPU_PRESSURE = {"key": CPU_PRESSURE, "operator": "DoesNotExist"}
+NO_MARKS = [NO_PRESSURE, NO_CPU_PRESSURE]
 
 
 def backed(need: int) -> dict[str, Any]:
@@ -25,7 +28,7 @@ def backed(need: int) -> dict[str, Any]:
 
 def backing_warning(need: int) -> str:
     return (f"swapwise: needs nodes whose swap is >= {need}\u2030 of their RAM "
-            f"(node label {PERMILLE}, from label-nodes)")
+            f"(node label {PERMILLE}, from the node agent)")
 
 
 # A 2Gi Guaranteed container under DEFAULT: request 683Mi, 1000 x 1365 / 683 = 1998.5...

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from webhook.policy import build_policy
 from webhook.profile import Profile
 
-SWAP = "feature.node.kubernetes.io/memory-swap"
+SWAP = "swapwise.io/swap-node"
 
 memory = st.one_of(
     st.integers(1, 64).map(lambda n: f"{n * 128}Mi"),

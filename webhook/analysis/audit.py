@@ -23,9 +23,10 @@ Checks (``Finding.check``):
 - ``resourcequota``: a ResourceQuota that refuses them, or caps what reshaping gains;
 - ``node-swap-unlabelled`` / ``node-labelled-without-swap``: the swap label and the
   node's reported swap capacity disagree;
-- ``node-memory-pressure``: a node carries the pressure guard's mark
-  (``swapwise.io/memory-pressure``, a label or a taint): no new reshaped pod with required
-  placement is placed there, the reshaped pods already there keep stalling on swap-in;
+- ``node-memory-pressure`` / ``node-cpu-pressure``: a node carries the node agent's mark
+  (``swapwise.io/memory-pressure`` or ``swapwise.io/cpu-pressure``, a label or a taint): no
+  new reshaped pod with required placement is placed there, the reshaped pods already there
+  keep stalling;
 - ``reshaped-pods-unplaceable``: reshaped pods Pending with no node, and no node and no
   Karpenter NodePool carries the labels they require: nothing will ever place them (the
   autoscaling deadlock, :mod:`webhook.analysis.provisioning`, docs/autoscaling.md);
@@ -39,7 +40,6 @@ from __future__ import annotations
 
 import copy
 import math
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -59,7 +59,6 @@ from webhook.analysis.provisioning import (
 )
 from webhook.base.documents import size_problem
 from webhook.base.quantity import (
-    MAX_INT64,
     MI,
     QuantityError,
     parse_quantity,
@@ -72,14 +71,18 @@ from webhook.engine.annotations import (
     PROFILE_ANNOTATION,
     recorded_originals,
 )
+from webhook.engine.nodes import (
+    BEHAVIOR_LABEL,
+    label_permille,
+    status_permille,
+    swap_capacity,
+)
 from webhook.engine.pod import MalformedPod, PodView
-from webhook.engine.pressure import PRESSURE_ANNOTATION, PRESSURE_LABEL, mark_forms
+from webhook.engine.pressure import MARKS, Mark, marked
 from webhook.engine.selection import ALWAYS_EXCLUDED_NAMESPACES, NAMESPACE_LABEL
-from webhook.labeller.labels import swap_permille
 from webhook.policy import Policy
 from webhook.profile import SWAP_LABEL, Profile
 
-BEHAVIOR_LABEL = "swapwise.io/swap-behavior"  # declared by node admins (docs/labeller.md)
 VPA_GROUP = "autoscaling.k8s.io"
 
 CHECKS = (
@@ -87,10 +90,10 @@ CHECKS = (
     "reshaped-pod-not-backed", "no-swap-permille-label",
     "hpa-memory-utilisation", "vpa", "limitrange", "resourcequota",
     "node-swap-unlabelled", "node-labelled-without-swap", "node-memory-pressure",
-    "reshaped-pods-unplaceable", "node-permille-overstated", "node-swap-noswap",
+    "node-cpu-pressure", "reshaped-pods-unplaceable", "node-permille-overstated",
+    "node-swap-noswap",
 )
 PERMILLE_LABEL = backing.PERMILLE_LABEL
-_INT64_TEXT = re.compile(r"[+-]?[0-9]{1,25}")
 
 
 @dataclass(frozen=True)
@@ -227,18 +230,6 @@ def _quantity(value: Any) -> Fraction | None:
 
 def _size(value: Fraction | int) -> str:
     return readable_bytes(math.ceil(value))
-
-
-def node_swap_capacity(node: dict[str, Any]) -> int | None:
-    """``status.nodeInfo.swap.capacity`` in bytes; None when the node does not report it."""
-    status = node.get("status")
-    info = status.get("nodeInfo") if isinstance(status, dict) else None
-    swap = info.get("swap") if isinstance(info, dict) else None
-    capacity = swap.get("capacity") if isinstance(swap, dict) else None
-    if isinstance(capacity, bool) or not isinstance(capacity, int | str):
-        return None
-    value = _quantity(capacity)
-    return int(value) if value is not None else None
 
 
 def active(pod: dict[str, Any]) -> bool:
@@ -399,7 +390,8 @@ def audit(cluster: Cluster, policy: Policy, swap_label: tuple[str, str] = (SWAP_
     findings += _limitranges(cluster.limitranges, profiles)
     findings += _quotas(cluster.quotas, pods, profiles)
     findings += _nodes(cluster.nodes, swap_label)
-    findings += _memory_pressure(pods, cluster.nodes, swap_label)
+    for mark in MARKS:
+        findings += _pressure(mark, pods, cluster.nodes, swap_label)
     findings += _unplaceable(pods, cluster.nodes, templates, cluster.nodepools is not None)
     findings += _node_facts(cluster.nodes, swap_label)
     return Report(findings, dict(sorted(opted.items())), skipped)
@@ -464,7 +456,7 @@ def _without_swap(
         else:
             if _labels(node).get(key) != value:
                 reasons.append(f"the node has no label {key}={value}")
-            capacity = node_swap_capacity(node)
+            capacity = swap_capacity(node)
             if not capacity:
                 reasons.append("the node reports no swap capacity" if capacity is None
                                else "the node reports swap capacity 0")
@@ -478,15 +470,6 @@ def _without_swap(
                 owner=pod.owner_ref, details={"node": node_name, "reasons": reasons},
             ))
     return findings
-
-
-def label_permille(value: Any) -> int | None:
-    """A ``swapwise.io/swap-permille`` label value as the scheduler reads it for ``Gt``
-    (``strconv.ParseInt(value, 10, 64)``); None when it cannot."""
-    if not isinstance(value, str) or not _INT64_TEXT.fullmatch(value):
-        return None
-    number = int(value)
-    return number if -MAX_INT64 - 1 <= number <= MAX_INT64 else None
 
 
 @dataclass(frozen=True)
@@ -510,7 +493,7 @@ class NodePermille:
                        "compare")
         else:
             missing = f"it has no label {PERMILLE_LABEL}"
-        computed = swap_permille(node)
+        computed = status_permille(node)
         if computed.value is None:
             return cls(None, "", f"{missing}, and {computed.problem}")
         return cls(computed.value, "status",
@@ -611,12 +594,12 @@ def _no_permille_label(pods: list[_Pod], nodes: list[dict[str, Any]],
         message = (f"no node carries the label {PERMILLE_LABEL}, and {len(reshaped)} reshaped "
                    f"pod(s) exist: profile(s) {', '.join(requiring)} require swap backing "
                    "(placement.swapBacking: required, the default), so every new reshaped pod "
-                   "of theirs stays Pending; run swapwise label-nodes (chart: "
-                   "labeller.enabled: true), or set placement.swapBacking: off")
+                   "of theirs stays Pending; run swapwise node-agent (chart: "
+                   "nodeAgent.enabled: true, the default), or set placement.swapBacking: off")
     else:
         message = (f"no node carries the label {PERMILLE_LABEL}, and {len(reshaped)} reshaped "
                    "pod(s) exist; no profile of theirs requires swap backing, so they are placed "
-                   "without it (run swapwise label-nodes before turning it on)")
+                   "without it (run swapwise node-agent before turning it on)")
     return [Finding("no-swap-permille-label", None, "Node/*", message, action=bool(requiring),
                     details={"reshapedPods": len(reshaped), "profiles": requiring})]
 
@@ -840,14 +823,14 @@ def _nodes(nodes: list[dict[str, Any]], swap_label: tuple[str, str]) -> list[Fin
         name = _name(node)
         labels = _labels(node)
         labelled = labels.get(key) == value
-        capacity = node_swap_capacity(node)
+        capacity = swap_capacity(node)
         if labelled and not capacity:
             findings.append(Finding(
                 "node-labelled-without-swap", None, f"Node/{name}",
                 f"labelled {key}={value} but reports "
                 f"{'no swap capacity' if capacity is None else 'swap capacity 0'}: reshaped "
                 "pods are placed there and get no swap; remove the label (swapwise "
-                "label-nodes keeps it true) or enable swap",
+                "node-agent keeps it true) or enable swap",
                 details={"swapCapacity": capacity},
             ))
         elif capacity and not labelled and \
@@ -856,41 +839,45 @@ def _nodes(nodes: list[dict[str, Any]], swap_label: tuple[str, str]) -> list[Fin
                 "node-swap-unlabelled", None, f"Node/{name}",
                 f"reports swap capacity {_size(capacity)} but has no label {key}={value}: "
                 "if its kubelet runs swapBehavior LimitedSwap, label it (swapwise "
-                "label-nodes does); reshaped pods are not placed there",
+                "node-agent does); reshaped pods are not placed there",
                 details={"swapCapacity": capacity,
                          "swapBehavior": labels.get(BEHAVIOR_LABEL)},
             ))
     return findings
 
 
-def _memory_pressure(pods: list[_Pod], nodes: list[dict[str, Any]],
-                     swap_label: tuple[str, str]) -> list[Finding]:
-    """Nodes the pressure guard marked: what it says, and who is stuck there or kept out."""
+def _pressure(mark: Mark, pods: list[_Pod], nodes: list[dict[str, Any]],
+              swap_label: tuple[str, str]) -> list[Finding]:
+    """Nodes the node agent marked for ``mark``: what it says, and who is stuck there or
+    kept out."""
     key, value = swap_label
-    marked = [node for node in nodes if mark_forms(node)]
-    if not marked:
+    carrying = [node for node in nodes if mark.forms(node)]
+    if not carrying:
         return []
     swap_nodes = [node for node in nodes if _labels(node).get(key) == value]
-    every = bool(swap_nodes) and all(mark_forms(node) for node in swap_nodes)
+    every = bool(swap_nodes) and all(marked(node) for node in swap_nodes)
+    stall = "swap-in" if mark.resource == "memory" else "CPU"
+    remedy = ("move or resize those with the largest hot memory, or give the node more RAM"
+              if mark.resource == "memory" else
+              "move or limit the busiest pods, or give the node more CPU")
     findings = []
-    for node in sorted(marked, key=_name):
+    for node in sorted(carrying, key=_name):
         name = _name(node)
-        forms = mark_forms(node)
-        note = _annotations(node).get(PRESSURE_ANNOTATION)
+        forms = mark.forms(node)
+        note = _annotations(node).get(mark.key)
         note = note if isinstance(note, str) and note else None
         here = sorted(f"{pod.namespace}/{_name(pod.obj)}" for pod in pods if pod.reshaped
                       and _dict(pod.obj.get("spec")).get("nodeName") == name)
-        why = f"({note})" if note else "(no annotation: not marked by swapwise label-nodes?)"
+        why = f"({note})" if note else "(no annotation: not marked by swapwise node-agent?)"
         kept_off = ("new reshaped pods with required placement are not placed there"
                     if "label" in forms else "")
         if "taint" in forms:
             kept_off += ("; " if kept_off else "") + (
                 "no new pod that does not tolerate its NoSchedule taint is placed there")
-        message = (f"marked {PRESSURE_LABEL} ({' and '.join(sorted(forms))}) by the pressure "
-                   f"guard {why}: {kept_off}; "
-                   f"{len(here)} reshaped pod(s) already there keep stalling on swap-in "
-                   "(swapwise evicts nothing): move or resize those with the largest hot "
-                   "memory, or give the node more RAM")
+        message = (f"marked {mark.key} ({' and '.join(sorted(forms))}) by the node agent "
+                   f"{why}: {kept_off}; "
+                   f"{len(here)} reshaped pod(s) already there keep stalling on {stall} "
+                   f"(swapwise evicts nothing): {remedy}")
         if "label" in forms and here:
             message += ("; while the label is on, a restart of the node's kubelet fails "
                         "them (it re-admits pods against their node affinity, reason "
@@ -899,7 +886,7 @@ def _memory_pressure(pods: list[_Pod], nodes: list[dict[str, Any]],
             message += (f"; every node labelled {key}={value} is marked, so new reshaped pods "
                         "with required placement stay Pending until one is cleared")
         findings.append(Finding(
-            "node-memory-pressure", None, f"Node/{name}", message,
+            f"node-{mark.resource}-pressure", None, f"Node/{name}", message,
             details={"annotation": note, "reshapedPods": here, "everySwapNodeMarked": every,
                      "markedWith": sorted(forms)},
         ))
@@ -981,7 +968,7 @@ def _node_facts(nodes: list[dict[str, Any]], swap_label: tuple[str, str]) -> lis
                          "measuredPermille": facts.permille,
                          "label": labels.get(PERMILLE_LABEL)},
             ))
-        capacity = node_swap_capacity(node)
+        capacity = swap_capacity(node)
         if capacity and swap_behavior(labels, annotations) == "NoSwap":
             labelled = labels.get(key) == value
             findings.append(Finding(

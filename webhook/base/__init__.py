@@ -2,5 +2,6 @@
 
 Exact Kubernetes quantities (``quantity``), bounded reads of files a user or the cluster
 writes (``files``), YAML documents within bounds (``documents``), JSON on the admission path
-(``codec``) and the structured log lines of the server and the labeller (``logs``).
+(``codec``), label keys and values as the API server checks them (``labels``) and the
+structured log lines of the server and the node agent (``logs``).
 """

@@ -5,33 +5,27 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from importlib import import_module
 
 from webhook import __version__
-from webhook.cli import (
-    audit,
-    certs_cmd,
-    label_nodes,
-    plan,
-    policy_cmd,
-    preview,
-    render_cmd,
-    serve,
-    tune,
-)
 
-COMMANDS = (serve, preview, plan, audit, policy_cmd, render_cmd, certs_cmd, label_nodes,
-            tune)
+# Each subcommand's module, in the order --help lists them. Imported when the parser is
+# built, and only the one asked for when that is node-agent: the agent runs on every node,
+# and the other commands' imports (the policy model, pydantic) would double its memory.
+COMMANDS = ("serve", "preview", "plan", "audit", "policy_cmd", "render_cmd", "certs_cmd",
+            "node_agent", "tune")
+LIGHT = {"node-agent": "node_agent"}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="swapwise",
         description="Reshape Kubernetes pods so LimitedSwap lets them use node swap.",
     )
     parser.add_argument("--version", action="version", version=f"swapwise {__version__}")
     subcommands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for command in COMMANDS:
-        command.register(subcommands)
+    for name in (only,) if only else COMMANDS:
+        import_module(f"webhook.cli.{name}").register(subcommands)
     _describe(parser)
     return parser
 
@@ -51,7 +45,8 @@ def _describe(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(LIGHT.get(argv[0]) if argv else None).parse_args(argv)
     try:
         result: int = args.func(args)
     except KeyboardInterrupt:

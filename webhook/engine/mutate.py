@@ -121,7 +121,7 @@ def backing_need(changes: list[ContainerChange], placement: Placement) -> int:
 # The one warning of a pod that needs backed nodes, around its need (docs/rules.md "Swap
 # backing"); the rendered warning policy builds the same text from these two parts.
 BACKING_WARNING = ("needs nodes whose swap is >= ",
-                   f"\u2030 of their RAM (node label {PERMILLE_LABEL}, from label-nodes)")
+                   f"\u2030 of their RAM (node label {PERMILLE_LABEL}, from the node agent)")
 
 
 def backing_warning(need: int) -> str:

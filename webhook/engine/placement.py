@@ -12,13 +12,13 @@ one whose value is already ≥ need-1 leaves the term alone (it implies ours); o
 first one is replaced rather than a second one stacked. Any other entry on the key (another
 operator, a value that is not a decimal integer) is the user's: kept, ours ANDed to it.
 
-The pressure guard (docs/rules.md "The memory-pressure mark") rides on them too: with
-``required`` placement every term gets ``swapwise.io/memory-pressure DoesNotExist`` (appended
-after the swap-label expressions we add and before the backing entry we add), so a new
-reshaped pod is not placed on a node ``label-nodes --pressure-guard`` marked. A term that has
-an entry with that key and operator already gets no second one; an entry on the key with
-another operator is the user's, kept and ANDed with ours. ``preferred`` and ``none``
-placement get none.
+The pressure marks (docs/rules.md "The pressure marks") ride on them too: with ``required``
+placement every term gets ``swapwise.io/memory-pressure DoesNotExist`` and
+``swapwise.io/cpu-pressure DoesNotExist`` (appended after the swap-label expressions we add and
+before the backing entry we add), so a new reshaped pod is not placed on a node its node agent
+marked. A term that has an entry with a mark's key and that operator already gets no second
+one; an entry on the key with another operator is the user's, kept and ANDed with ours.
+``preferred`` and ``none`` placement get none.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from webhook.engine.backing import PERMILLE_LABEL
 from webhook.engine.cel import cel_string
 from webhook.engine.pod import PodView, as_dict, as_list
 from webhook.engine.pointer import PatchOp, add, replace
-from webhook.engine.pressure import PRESSURE_LABEL
+from webhook.engine.pressure import MARKS
 from webhook.profile import Placement
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
@@ -48,18 +48,17 @@ def backing_expression(need: int) -> dict[str, Any]:
     return {"key": PERMILLE_LABEL, "operator": "Gt", "values": [str(need - 1)]}
 
 
-def pressure_expression() -> dict[str, Any]:
-    """The match expression every required term of a pod gets: no memory-pressure mark."""
-    return {"key": PRESSURE_LABEL, "operator": "DoesNotExist"}
+def pressure_expressions() -> list[dict[str, Any]]:
+    """The match expressions every required term of a pod gets: no pressure mark."""
+    return [mark.expression() for mark in MARKS]
 
 
-def _unpressured(expressions: list[Any]) -> bool:
-    """Does the term already require the node to have no memory-pressure mark?"""
+def _unpressured(expressions: list[Any], key: str) -> bool:
+    """Does the term already require the node to have no mark ``key``?"""
     for expression in expressions:
         if type(expression) is not dict:  # the call only off the common path
             expression = as_dict(expression, "matchExpressions[]")
-        if expression.get("key") == PRESSURE_LABEL and \
-                expression.get("operator") == "DoesNotExist":
+        if expression.get("key") == key and expression.get("operator") == "DoesNotExist":
             return True
     return False
 
@@ -107,16 +106,16 @@ def _has(expressions: list[Any], wanted: dict[str, Any]) -> bool:
 def _required_ops(
     spec: dict[str, Any], wanted: list[dict[str, Any]], need: int
 ) -> list[PatchOp]:
-    """``wanted`` and the pressure entry into every required term, and the backing entry
+    """``wanted`` and the pressure entries into every required term, and the backing entry
     when ``need`` (‰) > 0, in that order."""
     affinity = as_dict(spec.get("affinity"), "spec.affinity")
     node_affinity = as_dict(affinity.get("nodeAffinity"), "spec.affinity.nodeAffinity")
     required = as_dict(node_affinity.get(REQUIRED), REQUIRED)
     terms = as_list(required.get("nodeSelectorTerms"), "nodeSelectorTerms")
-    pressure = pressure_expression()
+    pressures = pressure_expressions()
     backing = backing_expression(need) if need > 0 else None
     if not terms:  # one term, created with whatever objects are missing on the way
-        created = [*wanted, pressure] if backing is None else [*wanted, pressure, backing]
+        created = [*wanted, *pressures] if backing is None else [*wanted, *pressures, backing]
         value: Any = [{"matchExpressions": created}]
         if required:
             return [add(f"/spec/affinity/nodeAffinity/{REQUIRED}/nodeSelectorTerms", value)]
@@ -133,8 +132,7 @@ def _required_ops(
         term = as_dict(raw, "nodeSelectorTerms[]")
         existing = as_list(term.get("matchExpressions"), "matchExpressions")
         missing = [e for e in wanted if not _has(existing, e)]
-        if not _unpressured(existing):
-            missing.append(pressure)
+        missing.extend(p for p in pressures if not _unpressured(existing, p["key"]))
         slot = None
         if backing is not None:
             slot = _earlier(existing, need - 1)
@@ -238,7 +236,7 @@ def placement_ops(view: PodView, placement: Placement, need: int = 0) -> list[Pa
     """Affinity and tolerations for a pod that will be able to use swap.
 
     ``need``: the pod's swap-backing need in ‰ (0: no backing entry), with ``required``.
-    ``required`` always adds the memory-pressure entry, even with an empty nodeSelector.
+    ``required`` always adds the pressure entries, even with an empty nodeSelector.
     """
     if placement.mode == "none":
         return []

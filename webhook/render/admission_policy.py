@@ -39,7 +39,7 @@ from webhook.engine.placement import (
     REQUIRED,
     backing_expression,
     cel_toleration_equal,
-    pressure_expression,
+    pressure_expressions,
     unique_tolerations,
 )
 from webhook.engine.pod import (
@@ -503,7 +503,7 @@ class _Cel:
             return (f"!{expressions}.exists(e, e.key == {q(w['key'])} && e.operator == 'In' && "
                     f"e.?values.orValue([]) == {lit(w['values'])})")
 
-        if placement.mode == "required":  # the pressure entry at least, in every term
+        if placement.mode == "required":  # the pressure entries at least, in every term
             out.append(self._required_ops(wanted, lacks))
         elif wanted:
             terms = f"{NODE_AFFINITY}.?{PREFERRED}.orValue([])"
@@ -552,13 +552,13 @@ class _Cel:
         return out
 
     def _required_ops(self, wanted: list[dict[str, Any]], lacks: Any) -> str:
-        """``wanted``, the memory-pressure entry and the swap-backing entry into every
+        """``wanted``, the pressure entries and the swap-backing entry into every
         required term (engine/placement.py ``_required_ops``; the ops come in another order,
         to the same pod)."""
         base = "/spec/affinity/nodeAffinity"
         terms = REQUIRED_TERMS
-        pressure = pressure_expression()
-        expressions = lit([*wanted, pressure])
+        pressures = pressure_expressions()
+        expressions = lit([*wanted, *pressures])
         backing = ""
         if self.backing:
             sample = backing_expression(1)
@@ -588,11 +588,12 @@ class _Cel:
                      f"{lacks(existing, w)}, "
                      f"{op('add', term_path + ' + ' + q('/matchExpressions/-'), lit(w))})"
                      for w in wanted]
-        # the pressure entry, unless the term has one with that key and operator already
-        per_term.append(
+        # each pressure entry, unless the term has one with that key and operator already
+        per_term += [
             f"{terms}.transformList(j, t, {existing}.size() > 0 && !{existing}.exists(e, "
             f"e.key == {q(pressure['key'])} && e.operator == {q(pressure['operator'])}), "
-            f"{op('add', term_path + ' + ' + q('/matchExpressions/-'), lit(pressure))})")
+            f"{op('add', term_path + ' + ' + q('/matchExpressions/-'), lit(pressure))})"
+            for pressure in pressures]
         if self.backing:
             # an earlier swapwise entry: Gt with one decimal-integer value; it implies ours
             # when its value is >= need - 1 (more than MAX_DIGITS significant digits: always)
