@@ -5,8 +5,8 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 
 .PHONY: run test lint unit compat e2e e2e-1.37 e2e-smoke-1.37 control-plane control-plane-1.34 \
-	control-plane-1.37 unit-tools prometheus vpa karpenter kube-state-metrics helm4 image node node-parts node-e2e demo bench \
-	clean admission-policy-golden
+	control-plane-1.37 unit-tools prometheus vpa karpenter kube-state-metrics helm4 image node \
+	node-parts node-e2e node-bench demo bench clean admission-policy-golden
 
 # The dev venv runs the newest uvicorn, Starlette and FastAPI pyproject.toml allows, pinned by
 # constraints/newest.txt (as the image does), so the whole suite is the "newest" compat run.
@@ -177,10 +177,21 @@ node: control-plane-1.34
 	hack/build-image.sh --local-base
 
 ## Real-node scenarios, inside a network namespace of their own; figures in build/node-e2e/.
-## Prometheus and kube-state-metrics are built first: the density and tune scenarios scrape the
-## kubelet and the API server with them, offline.
+## Prometheus and kube-state-metrics are built first: the density scenario scrapes the kubelet
+## and the API server with them, offline. Each test's time is printed (--durations=0): the
+## budget per scenario is in docs/development.md.
 node-e2e: venv node prometheus kube-state-metrics
-	SWAPWISE_NODE_E2E=1 unshare --net -- $(BIN)/pytest --durations=0 tests/node
+	SWAPWISE_NODE_E2E=1 unshare --net -- $(BIN)/pytest --durations=0 tests/node \
+	  --ignore=tests/node/bench
+
+## The real-node benchmarks, outside CI (statistical, minutes long; docs/development.md says
+## how long): tune on hot pods, the unbacked control, the wake-up matrix and gVisor, on their
+## own guest boot; figures in build/node-bench/ (results.json with the keys the CI suite
+## wrote for them before, and wakeup.json).
+node-bench: venv control-plane-1.34 prometheus kube-state-metrics
+	SWAPWISE_NODE_GVISOR=1 $(MAKE) --no-print-directory node
+	SWAPWISE_NODE_E2E=1 SWAPWISE_NODE_GVISOR=1 SWAPWISE_NODE_RESULTS=build/node-bench/results.json \
+	  unshare --net -- $(BIN)/pytest --durations=0 tests/node/bench
 
 ## A local control plane + swapwise installed by Helm + a dry-run preview of an example pod.
 ## It needs the line it runs on (SWAPWISE_K8S_VERSION, 1.34 by default), not both: e2e's

@@ -55,7 +55,7 @@ def node(name: str, labelled: bool, swap: int | None, permille: str | None = Non
     return {"metadata": {"name": name, "labels": labels}, "status": status}
 
 
-# A swap node labelled as label-nodes does (swap 2 x RAM): it backs the default profile's pods.
+# A swap node labelled as the node agent does (swap 2 x RAM): it backs the default profile's pods.
 BACKING = node("backing", True, 32 * GI, "2000", "16Gi")
 
 
@@ -393,7 +393,7 @@ def test_no_node_with_the_permille_label_while_reshaped_pods_run() -> None:
     [finding] = [f for f in report.findings if f.check == "no-swap-permille-label"]
     assert (finding.object, finding.action) == ("Node/*", True)
     assert finding.details == {"reshapedPods": 1, "profiles": ["default"]}
-    assert "every new reshaped pod of theirs stays Pending; run swapwise label-nodes" in \
+    assert "every new reshaped pod of theirs stays Pending; run swapwise node-agent" in \
         finding.message
     # Computed from its status, that node backs the pod: no other finding.
     assert checks(report.findings) == [("no-swap-permille-label", "Node/*", True)]
@@ -487,7 +487,7 @@ def test_marked_nodes_are_listed_with_the_reshaped_pods_stuck_there() -> None:
         "NodeAffinity)")
     assert hot.details == {"annotation": note, "reshapedPods": ["team/a", "team/b"],
                            "everySwapNodeMarked": False, "markedWith": ["label"]}
-    assert "(no annotation: not marked by swapwise label-nodes?)" in found[
+    assert "(no annotation: not marked by swapwise node-agent?)" in found[
         "Node/by-hand"].message
     assert found["Node/by-hand"].details["reshapedPods"] == []
     assert report.needs_action

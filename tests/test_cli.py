@@ -493,7 +493,7 @@ def test_every_command_help_says_what_it_does() -> None:
     found = commands(build_parser())
     assert {name for name, _ in found} >= {"serve", "preview", "plan", "audit", "policy",
                                            "policy check", "render", "render admission-policy",
-                                           "certs", "label-nodes"}
+                                           "certs", "node-agent"}
     for name, parser in found:
         assert parser.description, name
     out = swapwise("serve", "--help")

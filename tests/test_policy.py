@@ -288,7 +288,7 @@ def test_a_file_that_cannot_be_read_is_said_in_one_line(tmp_path: Path) -> None:
 
 
 # Label keys and values as the API server checks them, with the labeller's own checker
-# (webhook.labeller.labels): the loader took an empty key, and values the API server refuses.
+# (webhook.base.labels): the loader took an empty key, and values the API server refuses.
 BAD_VALUE = ("is not a label value the API server accepts: the value must be empty or 1-63 "
              "characters [A-Za-z0-9-_.], starting and ending alphanumeric")
 BAD_KEY = ("is not a label key the API server accepts: the key name must be 1-63 characters "

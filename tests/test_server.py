@@ -72,7 +72,7 @@ def test_mutates_guaranteed_pod(client: httpx.Client) -> None:
     assert response["warnings"] == [
         "swapwise: app memory request 2Gi -> 683Mi (limit 2Gi)",
         "swapwise: needs nodes whose swap is >= 1999\u2030 of their RAM (node label "
-        "swapwise.io/swap-permille, from label-nodes)"]
+        "swapwise.io/swap-permille, from the node agent)"]
     terms = result["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert terms[0]["matchExpressions"][-1] == {

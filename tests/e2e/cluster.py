@@ -49,7 +49,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from tests.chart.chartlib import HELM_MAJOR as HELM_MAJOR
 from tests.chart.chartlib import HELM_NAME as HELM_NAME
 from webhook.engine.backing import PERMILLE_LABEL, node_permille
-from webhook.labeller.labels import BEHAVIOR_LABEL
+from webhook.engine.nodes import BEHAVIOR_LABEL
 
 E2E_DIR = Path(__file__).resolve().parent
 
@@ -97,10 +97,9 @@ T = TypeVar("T")
 
 
 def swap_node_labels(swap: int, memory: int) -> dict[str, str]:
-    """A swap node as a cluster with swapwise has it: NFD's swap label, the LimitedSwap its
-    admin declares (docs/labeller.md), and the swap per-mille label-nodes writes. Declared in
-    full so that any label-nodes a test runs judges it a swap node and leaves the per-mille as
-    it is (a labeller removes it from nodes it judges not to be swap nodes)."""
+    """A swap node as a cluster with swapwise has it: the swap-node label, the LimitedSwap its
+    admin declares (docs/node-agent.md) and the swap per-mille, as the node agent writes
+    them (no agent runs on these fake nodes: tests/e2e/test_node_agent.py runs one)."""
     return {SWAP_LABEL: "true", BEHAVIOR_LABEL: "LimitedSwap",
             PERMILLE_LABEL: str(node_permille(swap, memory))}
 

@@ -32,7 +32,7 @@ def main() -> None:
         ensure_binaries()
     ) as cp:
         print("== control plane up: kube-apiserver", cp.server)
-        # labelled as `swapwise label-nodes` labels it: swap 2 x RAM is 2000 per mille
+        # labelled as `swapwise node-agent` labels it: swap 2 x RAM is 2000 per mille
         cp.create_node("swap-1", "32Gi", "8", {SWAP_LABEL: "true", PERMILLE_LABEL: "2000"},
                        swap_capacity=64 << 30)
         cp.create_node("plain-1", "32Gi", "8")

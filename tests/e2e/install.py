@@ -37,8 +37,8 @@ NAMESPACE = "swapwise"
 
 def declared_backing(profile: Any) -> Any:
     """The profile with its swap backing said: the webhook's default, ``required``, unless it
-    says otherwise. The chart, which runs no labeller here, would otherwise turn backing off
-    (fake nodes carry the per-mille label label-nodes writes, as tests/e2e/conftest.py makes
+    says otherwise. The chart, which runs no node agent here, would otherwise turn backing off
+    (fake nodes carry the per-mille label the agent writes, as tests/e2e/conftest.py makes
     them); tests/chart checks that choice of the chart's."""
     if not isinstance(profile, dict):
         return profile
@@ -51,15 +51,19 @@ def declared_backing(profile: Any) -> Any:
 class Installation:
     """A helm release of the chart plus the local ``swapwise serve`` it points at."""
 
-    def __init__(self, cp: ControlPlane, workdir: Path, profiles: dict[str, Any]) -> None:
+    def __init__(self, cp: ControlPlane, workdir: Path, profiles: dict[str, Any],
+                 values: dict[str, Any] | None = None) -> None:
         self.cp = cp
         self.workdir = workdir
         self.port = free_port()
-        # The chart's own `default` profile would be merged in by Helm; drop it (null).
+        # The chart's own `default` profile would be merged in by Helm; drop it (null). No
+        # node agent: the fake nodes have no kubelet to run it (tests/node runs it for real).
         self.values: dict[str, Any] = {
             "policy": {"profiles": {"default": None, **{
                 name: declared_backing(p) for name, p in profiles.items()}}},
             "webhook": {"url": f"https://127.0.0.1:{self.port}", "failurePolicy": "Ignore"},
+            "nodeAgent": {"enabled": False},
+            **(values or {}),
         }
         self.server: Swapwise | None = None
 

@@ -156,7 +156,7 @@ def test_warning_policy_explains_the_change(policy_cluster: ControlPlane) -> Non
     stderr = policy_cluster.wait_for(warned, 60, what="the Warn policy's message")
     # and the pod's swap-backing need (1000 x (2048 - 683) / 683, rounded up), once each
     assert ("swapwise: needs nodes whose swap is >= 1999\u2030 of their RAM (node label "
-            "swapwise.io/swap-permille, from label-nodes)") in stderr
+            "swapwise.io/swap-permille, from the node agent)") in stderr
     assert stderr.count("swapwise:") == 2, stderr
 
 

@@ -243,7 +243,7 @@ def test_audit_end_to_end(cluster: tuple[ControlPlane, Audit]) -> None:
     assert unplaceable["owner"] == "Deployment/web"
     assert unplaceable["details"]["missing"] == [f"{PERMILLE} > 1998 (>= 1999)"]
     assert unplaceable["details"]["nodePoolsServed"] is False
-    # Reshaped pods exist and no node carries swapwise.io/swap-permille (no label-nodes here):
+    # Reshaped pods exist and no node carries swapwise.io/swap-permille (no node agent here):
     # the default profile requires backing, so new reshaped pods would stay Pending.
     permille = found[("no-swap-permille-label", None, "Node/*")]
     assert permille["action"] is True
@@ -300,7 +300,7 @@ def test_audit_reshaped_pods_on_nodes_that_do_not_back_them(
     """Pods reshaped by the real webhook, bound to swap nodes whose share does not cover
     them: the per-mille from the node's label, or from its status when it has none."""
     cp, audit = cluster
-    # swap-a labelled as label-nodes would (1000 * 32Gi / 16Gi): it backs the web pod
+    # swap-a labelled as the node agent would (1000 * 32Gi / 16Gi): it backs the web pod
     # (need 1999), which is then bound there, and the cluster-wide finding goes.
     cp.kubectl("label", "node", "swap-a", f"{PERMILLE}=2000")
     web = cp.wait_for(lambda: [p for p in pods_of(cp, "team", "web")

@@ -146,7 +146,7 @@ def test_helm_install_in_admission_policy_mode_reshapes_pods_without_a_server(
     _, stderr = create(policy_cluster, "sandboxes", pod("dry"), "--dry-run=server")
     assert WARNING in stderr, stderr
     assert ("swapwise: needs nodes whose swap is >= 1999\u2030 of their RAM (node label "
-            "swapwise.io/swap-permille, from label-nodes)") in stderr  # and the pod's need
+            "swapwise.io/swap-permille, from the node agent)") in stderr  # and the pod's need
     assert stderr.count("swapwise:") == 2, stderr
 
     # Stored: what the engine gives for the pod as the API server had it before mutation

@@ -77,7 +77,7 @@ def gvisor_node(control_plane: ControlPlane) -> str:
         memory="28Gi",
         cpu="8",
         labels={SWAP_LABEL: "true", RUNTIME_LABEL: "gvisor",
-                PERMILLE_LABEL: str(node_permille(56 << 30, 28 << 30))},  # as label-nodes does
+                PERMILLE_LABEL: str(node_permille(56 << 30, 28 << 30))},  # as the node agent does
         swap_capacity=56 * 1024**3,
     )
     control_plane.kubectl("taint", "node", NODE, f"{RUNTIME_LABEL}=gvisor:NoSchedule")

@@ -118,7 +118,7 @@ def cluster(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactor
         k8s.register_webhook(cp, sw.url_base, sw.ca_bundle, ["default", "raise"], name="swapwise")
         k8s.register_webhook(cp, sw.url_base, sw.ca_bundle, ["late", "late-raise"],
                          name="zz-swapwise")
-        # Labelled as label-nodes labels a swap node: reshaped pods need the per-mille too.
+        # Labelled as the node agent labels a swap node: reshaped pods need the per-mille too.
         cp.create_node("swap-1", memory="16Gi", cpu="8", labels={
             k8s.SWAP_LABEL: "true", PERMILLE_LABEL: str(node_permille(32 * GI, 16 * GI))},
             swap_capacity=32 * GI)

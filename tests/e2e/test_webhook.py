@@ -91,7 +91,7 @@ def test_dry_run_server_shows_the_reshaped_pod_and_warnings(
     assert terms == [{"matchExpressions": [SWAP_EXPR, *NO_MARKS, backed(1999)]}]
     assert "Warning: swapwise: app memory request 2Gi -> 683Mi (limit 2Gi)" in out.stderr
     assert ("Warning: swapwise: needs nodes whose swap is >= 1999\u2030 of their RAM (node "
-            "label swapwise.io/swap-permille, from label-nodes)") in out.stderr
+            "label swapwise.io/swap-permille, from the node agent)") in out.stderr
     missing = control_plane.kubectl("get", "pod", "preview", "-n", "sandboxes", check=False)
     assert missing.returncode != 0 and "NotFound" in missing.stderr
 

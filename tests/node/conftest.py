@@ -1,4 +1,5 @@
-"""Fixtures of the real-node suite: one control plane, one swap node, swapwise, the labeller.
+"""Fixtures of the real-node suite: one control plane, one swap node, swapwise and its node
+agent.
 
 Why one of each per session: the guest is emulated, so booting it costs minutes; the
 scenarios run in order on the same node (test_real_node.py) and clean up after themselves.
@@ -16,52 +17,24 @@ import datetime as dt
 import json
 import os
 import shutil
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.cluster import (
-    BASE_LINE,
-    Component,
-    ControlPlane,
-    ensure_binaries,
-    free_port,
-    swapwise_executable,
-    wait_for,
-)
-from tests.e2e.install import Installation
-from tests.node.incluster import IMAGE_ARCHIVE
+from tests.e2e.cluster import BASE_LINE, ControlPlane, ensure_binaries
+from tests.e2e.install import NAMESPACE, Installation
+from tests.node.incluster import IMAGE_ARCHIVE, ImageFacts
 from tests.node.node import Artifacts, GVisor, PressureLog, RealNode, network_to_guest
+from tests.node.scenarios import PROFILES, RESULTS, node_shape, plan
 from tests.support.progress import uncaptured
-from webhook.engine.pressure import PRESSURE_LABEL
+from webhook.engine.pressure import MARKS
 
-REPO = Path(__file__).resolve().parents[2]
-RESULTS = REPO / "build" / "node-e2e" / "results.json"
 REQUIRED = os.environ.get("SWAPWISE_NODE_E2E") == "1"
-# The gVisor scenario (test_node_gvisor.py) is opt-in: building runsc costs about 5 minutes cold
-# and one sandbox takes minutes to start under emulation (BENCHMARKS.md).
+# The gVisor scenario (bench/test_gvisor.py) is opt-in: building runsc costs about 5 minutes
+# cold and one sandbox takes minutes to start under emulation (BENCHMARKS.md).
 GVISOR = os.environ.get("SWAPWISE_NODE_GVISOR") == "1"
-
-# The profiles of the scenarios: swapRatio 2 matches the node (swap = 2 x RAM); the
-# aggressive ones ask for a tenth of the limit, far past what the node's swap can hold:
-# with swap backing (the default) the scheduler refuses them the node, without it they
-# land and overcommit it (the control).
-# Backing is said explicitly: the chart turns it off where the profile does not decide and the
-# chart runs no labeller (here label-nodes runs beside it, fixture `labeller`).
-BACKED = {"placement": {"swapBacking": "required"}}
-PROFILES: dict[str, Any] = {
-    "sandbox": {"swapRatio": 2, **BACKED},
-    # "tuned" starts as "sandbox" does; the tune scenario replaces its ratio by what `swapwise
-    # tune` recommends, as a user would, and runs the same pods again.
-    "tuned": {"swapRatio": 2, **BACKED},
-    "aggressive": {"requestRatio": 0.1, **BACKED},
-    "unbacked": {"requestRatio": 0.1, "placement": {"swapBacking": "off"}},
-}
 
 
 def _not_possible(reason: str) -> None:
@@ -130,11 +103,15 @@ def node(pytestconfig: pytest.Config, control_plane: ControlPlane, artifacts: Ar
 
 
 @pytest.fixture(scope="session")
-def swapwise(control_plane: ControlPlane) -> Iterator[Installation]:
-    """swapwise installed by the chart (webhook.url mode), serving on loopback."""
+def swapwise(control_plane: ControlPlane, node: RealNode) -> Iterator[Installation]:
+    """swapwise installed by the chart: the webhook in webhook.url mode, serving on loopback,
+    and the node agent in-cluster on the node, from the image the node imported at boot."""
     workdir = control_plane.workdir / "swapwise"
     workdir.mkdir()
-    install = Installation(control_plane, workdir, PROFILES)
+    repository, tag = ImageFacts.read(IMAGE_ARCHIVE).name.rsplit(":", 1)
+    install = Installation(control_plane, workdir, PROFILES, {
+        "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
+        "nodeAgent": dict(AGENT_VALUES)})
     install.upgrade()
     install.start_server()
     try:
@@ -143,115 +120,79 @@ def swapwise(control_plane: ControlPlane) -> Iterator[Installation]:
         install.stop_server()
 
 
-# The pressure guard of the scenarios' label-nodes: the default thresholds (mark at 60 %,
-# clear below 10 %) and mark window (60 s), a clear window shorter than the default's 120 s
-# (so the suite waits less), read every 5 s. The calm density run's start-up has stayed at or
-# above 60 % for up to 31 s (a 30 s window marked it nearly); the thrash stays near 100 % for
-# minutes (docs/nodes.md).
-GUARD = {"interval": 5, "mark_above": 60, "mark_after": 60, "clear_below": 10, "clear_after": 60}
-# How far the guard's view may trail the guest kernel's: it reads the kubelet's Summary, whose
-# node PSI is cadvisor's (refreshed every 10-15 s), every 5 s, and a read of a thrashing
-# node's kubelet has taken tens of seconds; the test looks at the label every 5 s.
-GUARD_LAG = 60.0
+# The node agent runs in-cluster from the image, as the chart installs it, for the whole
+# session: it reads the guest's kernel and its kubelet's /configz (called directly, with the
+# chart's nodes/configz), and writes the node's labels and pressure marks. Its thresholds and
+# windows are its defaults (webhook/agent/pressure.py): what the scenarios prove is what a
+# user gets.
+AGENT_VALUES: dict[str, Any] = {
+    "enabled": True,
+    "swapBehaviorSource": "kubelet",
+    # The guest's kubelet serves a self-signed certificate, as kubeadm's do by default.
+    "kubelet": {"insecureTLS": True},
+    "logLevel": "debug",
+}
+AGENT_SELECTOR = "app.kubernetes.io/component=node-agent"
 
 
-class Labeller:
-    """``swapwise label-nodes`` reading each kubelet's configuration (``kubelet`` source),
-    with the pressure guard on (``GUARD``)."""
+class Agent:
+    """The node agent's pod on the real node, and what it logged."""
 
-    def __init__(self, cp: ControlPlane) -> None:
-        self.port = free_port()
-        argv = [swapwise_executable(), "label-nodes", "--kubeconfig", str(cp.kubeconfig),
-                "--swap-behavior-source", "kubelet", "--resync", "10",
-                "--lease-namespace", "default", "--metrics-host", "127.0.0.1",
-                "--metrics-port", str(self.port), "--pressure-guard",
-                # The emulated kubelet under memory pressure answers in tens of seconds
-                # (tests/node/kubelet_prometheus.py): a read may take that long.
-                "--kubelet-timeout", "60",
-                # Every PSI answer logged (its sample, how long it took), so the recovery's
-                # latency can be split into the kubelet's lag and the guard's own.
-                "--log-level", "debug"]
-        for name, value in GUARD.items():
-            argv += [f"--pressure-{name.replace('_', '-')}", str(value)]
-        self.component = Component("label-nodes", argv, cp.workdir / "label-nodes.log")
+    def __init__(self, cp: ControlPlane, namespace: str) -> None:
+        self.cp = cp
+        self.namespace = namespace
+
+    def pod(self) -> dict[str, Any] | None:
+        items = self.cp.get_json("pods", "-n", self.namespace, "-l", AGENT_SELECTOR)["items"]
+        running = [p for p in items if p["status"].get("phase") == "Running"
+                   and not p["metadata"].get("deletionTimestamp")]
+        return running[0] if running else None
+
+    def log(self) -> str:
+        pod = self.pod()
+        if pod is None:
+            return ""
+        proc = self.cp.kubectl("logs", "-n", self.namespace, pod["metadata"]["name"],
+                               check=False, timeout=120)
+        return proc.stdout
 
     def records(self, msg: str) -> list[tuple[float, dict[str, Any]]]:
-        """label-nodes' log lines with message ``msg``: (host monotonic time, record)."""
-        offset = time.time() - time.monotonic()
+        """The agent's log lines with message ``msg``: (epoch seconds on the guest's clock,
+        record). The guest's psi.log is stamped with the same clock."""
         found = []
-        for line in self.component.log_path.read_text(errors="replace").splitlines():
+        for line in self.log().splitlines():
             with contextlib.suppress(ValueError, KeyError, TypeError):
                 record = json.loads(line)
                 if record["msg"] == msg:
-                    found.append((dt.datetime.fromisoformat(record["ts"]).timestamp() - offset,
-                                  record))
+                    stamp = dt.datetime.fromisoformat(record["ts"].replace("Z", "+00:00"))
+                    found.append((stamp.timestamp(), record))
         return found
 
-    def logged(self, msg: str, before: float) -> float | None:
-        """When (host monotonic) label-nodes last logged ``msg``, at or before ``before``."""
-        return max((at for at, _ in self.records(msg) if at <= before), default=None)
-
-    def answered_since(self, end: float, predicate: Any) -> list[float]:
-        """When the guard got each of the kubelet's PSI answers, up to ``end``, in the latest
-        unbroken run of answers that meet ``predicate`` (on the answer's some avg10): the
-        evidence the guard had, as the kubelet gave it. Empty when the last answer does not
-        meet it."""
-        answers = [(at, float(r["some_avg10"])) for at, r in self.records("memory PSI read")
-                   if at <= end + 1.0]  # the log's clock is read in milliseconds
-        run: list[float] = []
-        for at, some in reversed(answers):
-            if not predicate(some):
-                break
-            run.insert(0, at)
-        return run
-
-    def slowest_answer(self, start: float, end: float) -> float:
-        """The longest a PSI answer took, in seconds, between ``start`` and ``end``."""
-        return max((float(r["took_s"]) for at, r in self.records("memory PSI read")
-                    if start <= at <= end + 1.0), default=0.0)
-
-    def readable_again(self, before: float) -> float | None:
-        """When the guard last got a memory PSI read again after failed ones, before
-        ``before``: a thrashing kubelet's reads time out, and the guard can act only on an
-        answer (webhook/labeller/pressure.py)."""
-        return self.logged("memory PSI readable again", before)
-
-    def acted(self, msg: str, seen: float) -> float:
-        """When the guard set or cleared the mark a test saw at ``seen``: its log line's
-        time. A test sees the label only when it looks, and it may look late (the recovery
-        looks after the thrash's namespace is deleted, which took 90 s in a cold run)."""
-        at = self.logged(msg, seen + 1.0)  # the log's clock is read in milliseconds
-        return min(at, seen) if at is not None else seen
-
-    def get(self, path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=3) as r:
-                return int(r.status), r.read().decode()
-        except urllib.error.HTTPError as e:
-            return int(e.code), e.read().decode()
+    def last(self, msg: str) -> tuple[float, dict[str, Any]] | None:
+        found = self.records(msg)
+        return found[-1] if found else None
 
 
 @pytest.fixture(scope="session")
-def labeller(control_plane: ControlPlane, node: RealNode) -> Iterator[Labeller]:
-    proc = Labeller(control_plane)
-    proc.component.start()
-    try:
+def agent(swapwise: Installation, node: RealNode) -> Agent:
+    """The chart's node agent, Running on the node and done with its first sync."""
+    running = Agent(swapwise.cp, NAMESPACE)
 
-        def ready() -> bool:
-            proc.component.check_alive()
-            return proc.get("/readyz")[0] == 200
+    def ready() -> bool:
+        pod = running.pod()
+        return bool(pod) and all(c.get("ready") for c in pod["status"].get(
+            "containerStatuses") or [{}])
 
-        wait_for(ready, 60, what="label-nodes /readyz", on_timeout=proc.component.tail)
-        yield proc
-    finally:
-        proc.component.stop()
-        keep(proc.component.log_path)
+    node.wait_for(ready, 600, what="the node agent's pod Running and ready",
+                  detail=lambda: swapwise.cp.kubectl("get", "pods", "-A", "-o", "wide",
+                                                     check=False).stdout)
+    return running
 
 
 @pytest.fixture(scope="session")
-def pressure_log(node: RealNode, labeller: Labeller) -> Iterator[PressureLog]:
-    """The guest's memory PSI and the guard's mark, sampled all session long."""
-    with PressureLog(node, PRESSURE_LABEL) as log:
+def pressure_log(node: RealNode, agent: Agent) -> Iterator[PressureLog]:
+    """The guest's PSI and the agent's marks, sampled all session long."""
+    with PressureLog(node, [mark.key for mark in MARKS]) as log:
         yield log
     keep(node.share / "psi.log")
 
@@ -261,6 +202,13 @@ def keep(path: Path) -> None:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(OSError):
         shutil.copyfile(path, RESULTS.parent / path.name)
+
+
+@pytest.fixture(scope="session")
+def density_plan(node: RealNode) -> dict[str, Any]:
+    """What ``swapwise plan`` predicts for the sandbox on this node, per profile."""
+    shape = node_shape(node)
+    return {profile: plan(shape, profile, node.workdir) for profile in PROFILES}
 
 
 @pytest.fixture(scope="session")
@@ -291,6 +239,6 @@ def pytest_runtest_makereport(
         if isinstance(real, RealNode):
             report.sections.append(("real node logs", real.logs()))
             report.sections.append(("control plane logs", real.cp.logs(20)))
-        labeller_ = getattr(item, "funcargs", {}).get("labeller")
-        if isinstance(labeller_, Labeller):
-            report.sections.append(("label-nodes log", labeller_.component.tail(40)))
+        agent_ = getattr(item, "funcargs", {}).get("agent")
+        if isinstance(agent_, Agent):
+            report.sections.append(("node agent log", "\n".join(agent_.log().splitlines()[-40:])))

@@ -21,6 +21,7 @@ the one DNAT rule kube-proxy would write for the ``kubernetes`` Service (node-in
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import ipaddress
 import itertools
 import json
@@ -415,6 +416,26 @@ class RealNode:
         result: int = self.wait_for(moved, timeout, what=f"swap moved to a {mib} MiB file")
         return result
 
+    def move_swap_to_zram(self, mib: int, timeout: float = 600.0) -> int:
+        """Give the guest a ``mib`` zram device as its only swap (the swap disk off); return
+        the new SwapTotal in bytes."""
+        (self.share / "swap-zram").write_text(f"{mib}\n")
+
+        def moved() -> int | None:
+            total = int(self.fresh_status()["meminfo"]["SwapTotal"]) * 1024
+            return total if not (self.share / "swap-zram").exists() and total <= (
+                mib + 1) * MIB else None
+
+        result: int = self.wait_for(moved, timeout, what=f"swap moved to a {mib} MiB zram")
+        return result
+
+    def move_swap_to_disk(self, timeout: float = 600.0) -> None:
+        """The swap disk back on, zram off (after :meth:`move_swap_to_zram`)."""
+        (self.share / "swap-disk").touch()
+        self.wait_for(lambda: not (self.share / "swap-disk").exists() and int(
+            self.fresh_status()["meminfo"]["SwapTotal"]) * 1024 > 3 * 1024 * MIB, timeout,
+            what="swap back on the disk")
+
     def memory_pressure(self, status: dict[str, Any] | None = None) -> dict[str, float]:
         """The guest kernel's memory PSI (``/proc/pressure/memory``): some and full avg10."""
         psi = (status or self.status())["memory_pressure"]
@@ -440,32 +461,40 @@ class RealNode:
 
 @dataclass(frozen=True)
 class PressureSample:
-    """The guest kernel's memory PSI (avg10, percent) at one moment (host monotonic)."""
+    """The guest kernel's PSI at one moment: ``at`` on the host's monotonic clock,
+    ``epoch`` on the guest's own (what the node agent stamps its log with); memory some and
+    full avg10 and the some counter (microseconds stalled since boot), CPU some avg10 and
+    counter. The counters are None in a psi.log from before they were written."""
 
     at: float
     some: float
     full: float
+    epoch: float | None = None
+    memory_total: int | None = None
+    cpu: float | None = None
+    cpu_total: int | None = None
 
 
 @dataclass
 class PressureLog:
-    """The node's memory pressure and the guard's mark, for the whole session: the scenarios
+    """The node's pressure and the node agent's marks, for the whole session: the scenarios
     ask what they were over their own stretch of time.
 
-    The PSI is the guest kernel's own, the ground truth the labeller's reading through the
-    kubelet is checked against: ``psi.log``, one line a second from a guest loop of shell
+    The PSI is the guest kernel's own, the ground truth the agent's marks are checked
+    against: ``psi.log``, one line a second from a guest loop of shell
     builtins that keeps writing while the node thrashes (the status.json loop forks hundreds
     of times a pass and stalled for minutes there). Its lines carry the guest's uptime; they
     are placed on the host's clock by the smallest (host time of a read - uptime of the
     newest line read) seen, which is the offset plus at most the read interval. The mark is
-    the node's label, looked up through the API server every ``mark_interval`` seconds."""
+    the node's labels, looked up through the API server every ``mark_interval`` seconds: a
+    look is marked when any of ``labels`` is on the node."""
 
     node: RealNode
-    label: str
+    labels: list[str]
     interval: float = 1.0
     mark_interval: float = 5.0
     marks: list[tuple[float, bool]] = field(default_factory=list)
-    _lines: list[tuple[float, float, float]] = field(default_factory=list)  # uptime, some, full
+    _lines: list[tuple[float, PressureSample]] = field(default_factory=list)  # uptime, sample
     _offset: float = math.inf
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
@@ -495,9 +524,8 @@ class PressureLog:
                 now = time.monotonic()
                 *complete, partial = (partial + chunk).split("\n")
                 for line in complete:
-                    with contextlib.suppress(ValueError):
-                        uptime, some, full = (float(v) for v in line.split()[:3])
-                        self._lines.append((uptime, some, full))
+                    with contextlib.suppress(ValueError, IndexError):
+                        self._lines.append(_psi_line(line))
                 if complete and self._lines:
                     self._offset = min(self._offset, now - self._lines[-1][0])
 
@@ -505,14 +533,14 @@ class PressureLog:
         while not self._stop.wait(self.mark_interval):
             with contextlib.suppress(Exception):  # a slow kubectl: next time
                 labels = self.node.node()["metadata"].get("labels", {})
-                self.marks.append((time.monotonic(), self.label in labels))
+                self.marks.append((time.monotonic(), any(k in labels for k in self.labels)))
 
     def since(self, start: float, end: float | None = None) -> list[PressureSample]:
         offset = self._offset
         if offset == math.inf:
             return []  # no line read yet
-        samples = (PressureSample(uptime + offset, some, full)
-                   for uptime, some, full in list(self._lines))
+        samples = (dataclasses.replace(sample, at=uptime + offset)
+                   for uptime, sample in list(self._lines))
         return [s for s in samples if s.at >= start and (end is None or s.at <= end)]
 
     def max_some(self, start: float, end: float | None = None) -> float:
@@ -561,6 +589,34 @@ class PressureLog:
         marks = [f"{at - start:.0f}s:{int(m)}" for at, m in list(self.marks)
                  if at >= start and (end is None or at <= end)]
         return f"guest some avg10 {' '.join(shown) or 'no samples'}; marks {' '.join(marks)}"
+
+
+def _psi_line(line: str) -> tuple[float, PressureSample]:
+    """One psi.log line (node-init.sh): its uptime, and the sample (``at`` still 0)."""
+    fields = line.split()
+    uptime, some, full = (float(v) for v in fields[:3])
+    if len(fields) < 12:
+        return uptime, PressureSample(0.0, some, full)
+    return uptime, PressureSample(0.0, some, full, float(fields[8]), int(fields[9]),
+                                  float(fields[10]), int(fields[11]))
+
+
+def stall_share(samples: list[PressureSample], end: int, window: float,
+                counter: str = "memory_total") -> float | None:
+    """Percent of the ``window`` seconds before sample ``end`` the kernel counted as stalled
+    (the rise of its some counter over the stretch, on the guest's clock); None where the
+    samples do not reach back that far."""
+    last = samples[end]
+    for start in range(end - 1, -1, -1):
+        first = samples[start]
+        if first.epoch is None or last.epoch is None:
+            return None
+        if last.epoch - first.epoch >= window:
+            a, b = getattr(first, counter), getattr(last, counter)
+            if a is None or b is None:
+                return None
+            return min(100.0, 100.0 * (b - a) / ((last.epoch - first.epoch) * 1e6))
+    return None
 
 
 def main() -> None:

@@ -1,8 +1,10 @@
 """The product as users run it, on the real node: the image built from the Dockerfile
 (``make image``), installed by the chart in its normal Service mode (2 replicas, the PDB,
 probes, restricted security context, no service-account token), reached by kube-apiserver
-through the Service, with ``failurePolicy: Fail``; and ``label-nodes`` in-cluster from the
-same image with the chart's RBAC.
+through the Service, with ``failurePolicy: Fail``; and the node agent in-cluster from the
+same image with the chart's RBAC (the session's release, tests/node/conftest.py: one agent
+per node, so this release runs none; its profile has a name of its own, so the two
+releases' webhooks never reshape the same pods).
 
 Runs before test_real_node.py (file order) and uninstalls everything at the end, so the
 density scenarios find the node as they expect. Figures go to build/node-e2e/results.json.
@@ -25,6 +27,7 @@ import yaml
 from cryptography import x509
 
 from tests.e2e.cluster import PROFILE_LABEL, SWAP_LABEL, ControlPlane, swapwise_executable
+from tests.node.conftest import Agent
 from tests.node.incluster import (
     IMAGE_ARCHIVE,
     ImageFacts,
@@ -40,6 +43,7 @@ pytestmark = pytest.mark.node
 RELEASE, NAMESPACE = "incluster", "swapwise-system"
 FULLNAME = f"{RELEASE}-swapwise"
 OPTED_IN, PLAIN = "incluster-sandboxes", "incluster-plain"
+PROFILE = "incluster"
 POLICY_BEFORE: dict[str, Any] = {"swapRatio": 2}
 POLICY_AFTER: dict[str, Any] = {"swapRatio": 1}
 HOST_PORT = 10260
@@ -66,15 +70,14 @@ def release(control_plane: ControlPlane, node: RealNode,
     rel = Release(control_plane, workdir, RELEASE, NAMESPACE, {
         "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
         "webhook": {"failurePolicy": "Fail", "timeoutSeconds": 10},
-        "policy": {"profiles": {"default": None, "sandbox": dict(POLICY_BEFORE)}},
-        "labeller": {"enabled": True, "swapBehaviorSource": "kubelet"},
+        "policy": {"profiles": {"default": None, PROFILE: dict(POLICY_BEFORE)}},
+        "nodeAgent": {"enabled": False},
     })
-    control_plane.create_namespace(OPTED_IN, {PROFILE_LABEL: "sandbox"})
+    control_plane.create_namespace(OPTED_IN, {PROFILE_LABEL: PROFILE})
     control_plane.create_namespace(PLAIN)
     rel.upgrade()
     try:
         rel.rollout_status(FULLNAME)
-        rel.rollout_status(f"{FULLNAME}-labeller")
         node.wait_for(lambda: len(rel.endpoints()) == 2, 300,
                       what="both webhook replicas behind the Service")
         yield rel
@@ -92,13 +95,13 @@ def chart_policy(cp: ControlPlane) -> str:
 
 
 def preview(manifest: dict[str, Any], policy: str, workdir: Path) -> dict[str, Any]:
-    """``swapwise preview`` of one pod, profile ``sandbox`` of ``policy`` (a policy file)."""
+    """``swapwise preview`` of one pod, profile ``incluster`` of ``policy`` (a policy file)."""
     policy_file = workdir / "preview-policy.yaml"
     policy_file.write_text(policy)
     source = workdir / "preview-pod.json"
     source.write_text(json.dumps(manifest))
     out = subprocess.run([swapwise_executable(), "preview", "-f", str(source), "--policy",
-                          str(policy_file), "--profile", "sandbox", "-o", "json"],
+                          str(policy_file), "--profile", PROFILE, "-o", "json"],
                          capture_output=True, text=True, check=True)
     result: dict[str, Any] = json.loads(out.stdout)
     return result
@@ -200,18 +203,27 @@ def test_image_facts(control_plane: ControlPlane, node: RealNode, release: Relea
         "currentHealthy"] == 2
 
 
-def test_labeller_in_cluster_labels_the_swap_node(control_plane: ControlPlane, node: RealNode,
-                                                  release: Release) -> None:
-    """label-nodes from the same image, with the chart's RBAC, reads the kubelet's configz."""
+def test_node_agent_in_cluster_labels_the_swap_node(control_plane: ControlPlane,
+                                                     node: RealNode, agent: Agent,
+                                                     image: ImageFacts) -> None:
+    """The node agent, a DaemonSet pod of the same image on the node, with the chart's RBAC
+    (nodes get/list/watch/patch, nodes/configz; never nodes/proxy), reads the kubelet's
+    configz and labels the node."""
 
     def labelled() -> bool:
         meta = node.node()["metadata"]
         return bool(meta.get("labels", {}).get(SWAP_LABEL) == "true" and meta.get(
             "annotations", {}).get("swapwise.io/swap-node", "").startswith("true"))
 
-    node.wait_for(labelled, 300, what="the in-cluster labeller to label the node")
-    leaders = [p for p in release.pods("labeller") if ready(p)]
-    assert len(leaders) == 2
+    node.wait_for(labelled, 300, what="the in-cluster node agent to label the node")
+    pod = agent.pod()
+    assert pod is not None and pod["spec"]["nodeName"] == node.name
+    (container,) = pod["spec"]["containers"]
+    assert container["image"] == image.name
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    granted = json.dumps([control_plane.get_json("clusterroles", "-l",
+                                                 "app.kubernetes.io/name=swapwise")["items"]])
+    assert "nodes/proxy" not in granted
 
 
 def test_reshaped_in_cluster_equals_preview(control_plane: ControlPlane, release: Release,
@@ -242,7 +254,7 @@ def test_upgrade_rolls_with_zero_failed_admissions(control_plane: ControlPlane,
     old_request = memory_request(preview(manifest, chart_policy(control_plane), tmp_path))
     with PodLoad(control_plane, OPTED_IN) as load:
         release.upgrade({
-            "policy": {"profiles": {"default": None, "sandbox": dict(POLICY_AFTER)}},
+            "policy": {"profiles": {"default": None, PROFILE: dict(POLICY_AFTER)}},
             "podAnnotations": {"swapwise.io/test-rollout": "2"},
         })
         release.rollout_status(FULLNAME)
@@ -322,8 +334,8 @@ def lost_to_the_kill(message: str, ip: str) -> bool:
     return (on_victim and socket_error) or message.endswith('": EOF')
 
 
-_CALL = ('failed calling webhook "sandbox.swapwise.io": failed to call webhook: Post '
-         '"https://incluster-swapwise.swapwise-system.svc:443/mutate/sandbox?timeout=10s": ')
+_CALL = ('failed calling webhook "incluster.swapwise.io": failed to call webhook: Post '
+         '"https://incluster-swapwise.swapwise-system.svc:443/mutate/incluster?timeout=10s": ')
 
 
 @pytest.mark.parametrize(("message", "lost"), [
@@ -335,7 +347,7 @@ _CALL = ('failed calling webhook "sandbox.swapwise.io": failed to call webhook: 
     (_CALL + "dial tcp 10.244.0.9:8443: connect: connection refused", False),
     (_CALL + "read tcp 10.0.2.2:45414->10.244.0.80:8443: read: connection reset by peer", False),
     (_CALL + "context deadline exceeded", False),
-    ('admission webhook "sandbox.swapwise.io" denied the request: no', False),
+    ('admission webhook "incluster.swapwise.io" denied the request: no', False),
 ])
 def test_a_kills_losses_are_told_from_other_failures(message: str, lost: bool) -> None:
     status = json.dumps({"kind": "Status", "message": "Internal error occurred: " + message})
@@ -425,4 +437,4 @@ def test_host_network_mode(control_plane: ControlPlane, node: RealNode, release:
     stored = control_plane.get_json("pod", "via-host-network", "-n", OPTED_IN)
     resources = stored["spec"]["containers"][0]["resources"]
     assert resources["requests"]["memory"] != resources["limits"]["memory"]
-    assert stored["metadata"]["annotations"][PROFILE_LABEL] == "sandbox"
+    assert stored["metadata"]["annotations"][PROFILE_LABEL] == PROFILE

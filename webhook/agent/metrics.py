@@ -43,6 +43,10 @@ class AgentMetrics:
         self.patches = Counter(
             "swapwise_node_agent_patches", "Patches of this Node by result (ok, conflict, "
             "error).", ["result"], registry=r)
+        self.node_events = Counter(
+            "swapwise_node_agent_node_events",
+            "Watch events of this Node received (each one re-checks what the node carries).",
+            registry=r)
         self.watch_restarts = Counter(
             "swapwise_node_agent_watch_restarts",
             "Node watches that ended in an error or at once (retried with backoff).",

@@ -150,6 +150,7 @@ class NodeWatcher:
                         raise ApiError(code if isinstance(code, int) else 0,
                                        str(obj.get("message", "watch error"))[:300])
                     events += 1
+                    self.metrics.node_events.inc()
                     version = str(as_mapping(obj.get("metadata")).get("resourceVersion", "")) \
                         or version
                     if kind in ("ADDED", "MODIFIED"):

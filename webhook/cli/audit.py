@@ -53,7 +53,7 @@ async def fetch(kubeconfig: str | None) -> Any:
     from lightkube.resources.core_v1 import LimitRange, Namespace, Node, Pod, ResourceQuota
 
     from webhook.analysis.audit import Cluster, opted_in
-    from webhook.labeller.kube import make_client
+    from webhook.base.kubeapi import make_client
 
     vpa_kind = create_namespaced_resource(
         "autoscaling.k8s.io", "v1", "VerticalPodAutoscaler", "verticalpodautoscalers")

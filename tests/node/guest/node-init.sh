@@ -9,10 +9,12 @@
 #        restart-kubelet (a request: restart the kubelet with the current kubelet.yaml),
 #        swap-file (a request: "MIB": move swap to a new MIB swap file on the root disk, the
 #        swap disk off; the kubelet sees the new capacity when it next starts),
+#        swap-zram (a request: "MIB": move swap to a MIB zram device, the swap disk off),
+#        swap-disk (a request: the swap disk back on, zram off),
 #        poweroff (a request)
 #   out: node.log (milestones), kubelet.log, containerd.log, status.json (every 2 s: meminfo,
 #        vmstat, memory pressure (PSI), every container cgroup's memory and swap files),
-#        psi.log (every 1 s, even when the node thrashes: "UPTIME SOME_AVG10 FULL_AVG10"),
+#        psi.log (every 1 s, even when the node thrashes: "UPTIME SOME_AVG10 FULL_AVG10 ..."),
 #        kubelet-generation
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 log() { echo "swapwise-node: $(cut -d' ' -f1 /proc/uptime)s $*" | tee -a /share/node.log >/dev/console; }
@@ -56,23 +58,28 @@ echo $$ > /sys/fs/cgroup/system.slice/node-init/cgroup.procs
 # reading matters. No fork here, a sleep on a FIFO nobody writes, and never OOM-killed.
 # A line: uptime, the node's some and full avg10, then its agents: the kubelet's own memory
 # some avg10, and memory.current of the kubelet, of containerd (with its shims) and of
-# system.slice, and system.slice's memory.swap.current (bytes; -1: unreadable).
+# system.slice, and system.slice's memory.swap.current (bytes; -1: unreadable); then the
+# guest's clock (epoch seconds, what the node agent's log lines are stamped with), the
+# memory some total (microseconds stalled since boot) and the CPU some avg10 and total: the
+# kernel's own figures that the node agent's marks are checked against.
 psi_log() {
-  local up some full agent kubelet containerd slice swapped _
+  local up some full agent kubelet containerd slice swapped total cpu cpu_total _
   local cg=/sys/fs/cgroup/system.slice
   mkfifo /run/psi-tick && exec 3<> /run/psi-tick
   echo -1000 > "/proc/$BASHPID/oom_score_adj"
   : > /share/psi.log
   while :; do
     read -r up _ < /proc/uptime
-    { read -r _ some _; read -r _ full _; } < /proc/pressure/memory
+    { read -r _ some _ _ total; read -r _ full _; } < /proc/pressure/memory
+    read -r _ cpu _ _ cpu_total < /proc/pressure/cpu
     read -r _ agent _ < "$cg/kubelet/memory.pressure" || agent=avg10=-1
     read -r kubelet < "$cg/kubelet/memory.current" || kubelet=-1
     read -r containerd < "$cg/containerd/memory.current" || containerd=-1
     read -r slice < "$cg/memory.current" || slice=-1
     read -r swapped < "$cg/memory.swap.current" || swapped=-1
-    printf '%s %s %s %s %s %s %s %s\n' "$up" "${some#avg10=}" "${full#avg10=}" \
-      "${agent#avg10=}" "$kubelet" "$containerd" "$slice" "$swapped" >&4
+    printf '%s %s %s %s %s %s %s %s %s %s %s %s\n' "$up" "${some#avg10=}" "${full#avg10=}" \
+      "${agent#avg10=}" "$kubelet" "$containerd" "$slice" "$swapped" "$EPOCHREALTIME" \
+      "${total#total=}" "${cpu#avg10=}" "${cpu_total#total=}" >&4
     read -r -t 1 -u 3 _
   done 4>> /share/psi.log
 }
@@ -180,6 +187,20 @@ while true; do
     dd if=/dev/zero of=/swapfile bs=1M count="$mib" status=none && chmod 600 /swapfile &&
       mkswap -q /swapfile && swapon /swapfile && swapoff /dev/vdb
     log "swap moved to a ${mib} MiB file: $(tail -n +2 /proc/swaps | tr -s ' ' | tr '\n' ' ')"
+  fi
+  if [ -f /share/swap-zram ]; then
+    read -r mib < /share/swap-zram
+    rm -f /share/swap-zram
+    modprobe zram num_devices=1 2>> /share/node.log
+    echo "${mib}M" > /sys/block/zram0/disksize && mkswap -q /dev/zram0 &&
+      swapon -p 10 /dev/zram0 && swapoff /dev/vdb
+    log "swap moved to a ${mib} MiB zram device: $(tail -n +2 /proc/swaps | tr -s ' ' | tr '\n' ' ')"
+  fi
+  if [ -f /share/swap-disk ]; then
+    rm -f /share/swap-disk
+    swapon /dev/vdb && { ! grep -q zram0 /proc/swaps || swapoff /dev/zram0; } &&
+      { [ ! -e /sys/block/zram0/reset ] || echo 1 > /sys/block/zram0/reset; }
+    log "swap back on the disk: $(tail -n +2 /proc/swaps | tr -s ' ' | tr '\n' ' ')"
   fi
   if [ -f /share/kill-container ]; then
     read -r id signal < /share/kill-container

@@ -1,7 +1,8 @@
 // Command workload is the real-node test image: a sandbox-like memory user and a pause.
 //
 //	workload pause
-//	workload sandbox -cold-mib 150 -hot-mib 32 [-tick 100ms] [-report 10s]
+//	workload sandbox -cold-mib 150 -hot-mib 32 [-tick 100ms] [-report 10s] [-listen :8080]
+//	workload spin -threads 4
 //
 // "sandbox" behaves like the pods swapwise exists for: it allocates a cold set once (an
 // interpreter, a browser, a checkout that is loaded and then mostly idle), then keeps
@@ -10,6 +11,11 @@
 // write to one 4 KiB page; hot_ops_per_s is measured while the loop works (time asleep between
 // ticks is not counted), so it falls when the pod waits for the CPU or for pages from swap.
 //
+// With -listen, "sandbox" also answers GET /wake: it writes every page of both sets (what an
+// idle agent sandbox does when its next prompt comes: its cold pages come back from swap)
+// and answers with how many pages that was and how long it took. "spin" keeps -threads
+// CPUs busy: CPU contention on the node, with no memory to speak of.
+//
 // Static, no libc: the same binary is the pause image and the workload image.
 package main
 
@@ -17,8 +23,11 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -55,6 +64,8 @@ func main() {
 		<-stop
 	case "sandbox":
 		sandbox(os.Args[2:], stop)
+	case "spin":
+		spin(os.Args[2:], stop)
 	default:
 		fmt.Fprintf(os.Stderr, "unknown mode %q\n", os.Args[1])
 		os.Exit(2)
@@ -88,6 +99,7 @@ func sandbox(args []string, stop <-chan os.Signal) {
 	hotMiB := fs.Int("hot-mib", 32, "MiB written on every tick")
 	tick := fs.Duration("tick", 100*time.Millisecond, "time between passes over the hot set")
 	every := fs.Duration("report", 10*time.Second, "time between progress lines")
+	listen := fs.String("listen", "", "address to answer GET /wake on (empty: none)")
 	_ = fs.Parse(args)
 
 	start := time.Now()
@@ -100,6 +112,20 @@ func sandbox(args []string, stop <-chan os.Signal) {
 	held.hot = allocate(*hotMiB)
 	allocated := len(held.cold) + len(held.hot)
 	emit(report{Phase: "allocated", AllocatedMiB: allocated})
+	var mu sync.Mutex // a wake-up and the hot loop do not write the same pages at once
+	if *listen != "" {
+		http.HandleFunc("/wake", func(w http.ResponseWriter, _ *http.Request) {
+			mu.Lock()
+			t0 := time.Now()
+			pages := touch(held.cold, 2) + touch(held.hot, 2)
+			took := time.Since(t0)
+			mu.Unlock()
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(map[string]any{
+				"pages": pages, "took_ms": float64(took.Microseconds()) / 1000})
+		})
+		go func() { _ = http.ListenAndServe(*listen, nil) }()
+	}
 
 	ticker := time.NewTicker(*tick)
 	defer ticker.Stop()
@@ -112,9 +138,11 @@ func sandbox(args []string, stop <-chan os.Signal) {
 			return
 		case <-ticker.C:
 		}
+		mu.Lock()
 		t0 := time.Now()
 		ops += int64(touch(held.hot, byte(passes)))
 		busy += time.Since(t0)
+		mu.Unlock()
 		passes++
 		if time.Since(lastReport) >= *every {
 			rate := 0.0
@@ -125,4 +153,25 @@ func sandbox(args []string, stop <-chan os.Signal) {
 			ops, busy, lastReport = 0, 0, time.Now()
 		}
 	}
+}
+
+// spin keeps -threads goroutines busy on their own OS threads until stopped.
+func spin(args []string, stop <-chan os.Signal) {
+	fs := flag.NewFlagSet("spin", flag.ExitOnError)
+	threads := fs.Int("threads", 2, "busy loops")
+	_ = fs.Parse(args)
+	runtime.GOMAXPROCS(*threads)
+	for i := 0; i < *threads; i++ {
+		go func() {
+			x := uint64(1)
+			for {
+				x = x*6364136223846793005 + 1442695040888963407
+				if x == 0 {
+					fmt.Println(x)
+				}
+			}
+		}()
+	}
+	fmt.Printf("{\"phase\": \"spinning\", \"threads\": %d}\n", *threads)
+	<-stop
 }

@@ -18,9 +18,9 @@ import pytest
 import yaml
 
 from tests.e2e.install import Installation
-from tests.node.conftest import GVISOR, Labeller
+from tests.node.conftest import GVISOR, Agent
 from tests.node.node import RealNode
-from tests.node.test_real_node import (
+from tests.node.scenarios import (
     COLD_MIB,
     LIMIT_BYTES,
     container_id,
@@ -73,7 +73,7 @@ def used(files: dict[str, Any]) -> int:
 
 
 def test_reshaped_pod_runs_under_gvisor_and_its_memory_is_the_sandboxs(
-    node: RealNode, swapwise: Installation, labeller: Labeller, results: dict[str, Any]
+    node: RealNode, swapwise: Installation, agent: Agent, results: dict[str, Any]
 ) -> None:
     cp = node.cp
     cp.apply(yaml.safe_dump(RUNTIME_CLASS))
