@@ -18,7 +18,6 @@ from webhook.analysis.audit import Cluster, Finding, audit
 from webhook.analysis.provisioning import (
     Expression,
     NodeTemplate,
-    node_facts,
     nodepool_templates,
     required_terms,
     swapwise_keys,
@@ -26,23 +25,15 @@ from webhook.analysis.provisioning import (
 )
 from webhook.cli.audit import _nodepools
 from webhook.engine import mutate_pod
-from webhook.policy import Policy, parse_policy
+from webhook.policy import Policy, default_policy, parse_policy
+from webhook.profile import SWAP_LABEL
 
 GI = 1024**3
 SWAP_NODE = "swapwise.io/swap-node"
 PERMILLE = "swapwise.io/swap-permille"
 FACTS = "swapwise.io/node-facts"
-# The node label the lead's node agent writes, set explicitly: the profile's default
-# placement.nodeSelector moves to it on main.
-POLICY: Policy = parse_policy(f"""\
-apiVersion: swapwise.io/v1alpha1
-kind: SwapPolicy
-profiles:
-  default:
-    placement:
-      nodeSelector: {{"{SWAP_NODE}": "true"}}
-""")
-LABEL = (SWAP_NODE, "true")
+POLICY: Policy = default_policy()  # placement on swapwise.io/swap-node, the node agent's label
+LABEL = (SWAP_LABEL, "true")
 
 
 def namespace(name: str = "team") -> dict[str, Any]:
@@ -271,16 +262,6 @@ def test_swap_a_noswap_kubelet_does_not_give_is_reported_once() -> None:
         ("node-swap-noswap", "Node/liar", True),
     ]
     assert "Azure/AKS#4352" in findings[0].message
-
-
-def test_node_facts_reader_ignores_junk() -> None:
-    assert node_facts({}) is None
-    assert node_facts({FACTS: "[1]"}) is None
-    assert node_facts({FACTS: "x" * 5000}) is None
-    facts = node_facts({FACTS: json.dumps({"permille": True, "declaredPermille": 5,
-                                           "swapBehavior": 3})})
-    assert facts is not None
-    assert (facts.permille, facts.declared_permille, facts.swap_behavior) == (None, 5, None)
 
 
 # -- reading NodePools ------------------------------------------------------------------------

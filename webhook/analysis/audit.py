@@ -50,7 +50,6 @@ from webhook.analysis.planner import backing_off
 from webhook.analysis.provisioning import (
     NODEPOOL_API,
     NodeTemplate,
-    node_facts,
     nodepool_templates,
     required_terms,
     swap_behavior,
@@ -73,6 +72,8 @@ from webhook.engine.annotations import (
 )
 from webhook.engine.nodes import (
     BEHAVIOR_LABEL,
+    NO_SWAP,
+    NodeFacts,
     label_permille,
     status_permille,
     swap_capacity,
@@ -834,7 +835,7 @@ def _nodes(nodes: list[dict[str, Any]], swap_label: tuple[str, str]) -> list[Fin
                 details={"swapCapacity": capacity},
             ))
         elif capacity and not labelled and \
-                swap_behavior(labels, _annotations(node)) != "NoSwap":  # node-swap-noswap's
+                swap_behavior(node) != NO_SWAP:  # node-swap-noswap's
             findings.append(Finding(
                 "node-swap-unlabelled", None, f"Node/{name}",
                 f"reports swap capacity {_size(capacity)} but has no label {key}={value}: "
@@ -953,8 +954,8 @@ def _node_facts(nodes: list[dict[str, Any]], swap_label: tuple[str, str]) -> lis
     key, value = swap_label
     for node in sorted(nodes, key=_name):
         name = _name(node)
-        labels, annotations = _labels(node), _annotations(node)
-        facts = node_facts(annotations)
+        labels = _labels(node)
+        facts = NodeFacts.of(node)
         if facts is not None and facts.declared_permille is not None \
                 and facts.permille is not None and facts.declared_permille > facts.permille:
             findings.append(Finding(
@@ -969,7 +970,7 @@ def _node_facts(nodes: list[dict[str, Any]], swap_label: tuple[str, str]) -> lis
                          "label": labels.get(PERMILLE_LABEL)},
             ))
         capacity = swap_capacity(node)
-        if capacity and swap_behavior(labels, annotations) == "NoSwap":
+        if capacity and swap_behavior(node) == NO_SWAP:
             labelled = labels.get(key) == value
             findings.append(Finding(
                 "node-swap-noswap", None, f"Node/{name}",

@@ -17,25 +17,21 @@ cleared, and the user's other expressions (zones, instance types) are not swapwi
 judge. So a finding is only made when swapwise's own labels are what no node and no NodePool
 can provide.
 
-Also here: the node agent's facts annotation (``swapwise.io/node-facts``), read for the
-checks of a declared per-mille that overstated the swap and of nodes with swap whose kubelet
-runs ``NoSwap``.
+Also here: the swap behaviour swapwise knows for a node (the node agent's facts, else the
+declared label), for the check of nodes with swap whose kubelet runs ``NoSwap``.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.engine.backing import PERMILLE_LABEL
+from webhook.engine.nodes import NodeFacts, declared_behavior
 
-NODE_FACTS_ANNOTATION = "swapwise.io/node-facts"
-BEHAVIOR_LABEL = "swapwise.io/swap-behavior"
 NODEPOOL_API = "karpenter.sh/v1"
 POSITIVE = ("In", "Exists", "Gt", "Lt")
-MAX_FACTS_CHARS = 4096  # the agent writes a few hundred; anything larger is not its
 
 
 @dataclass(frozen=True)
@@ -225,43 +221,10 @@ def unplaceable(terms: list[list[Expression]], nodes: Iterable[Mapping[str, Any]
     return Placeability(missing or tuple(first), together=not missing)
 
 
-@dataclass(frozen=True)
-class NodeFacts:
-    """The parts of the node agent's ``swapwise.io/node-facts`` annotation the audit reads."""
-
-    permille: int | None
-    declared_permille: int | None
-    swap_behavior: str | None
-
-
-def node_facts(annotations: Mapping[str, Any]) -> NodeFacts | None:
-    """The node agent's facts, or None without a readable annotation (absent, not a JSON
-    object, larger than the agent ever writes): junk is never traced back."""
-    raw = annotations.get(NODE_FACTS_ANNOTATION)
-    if not isinstance(raw, str) or len(raw) > MAX_FACTS_CHARS:
-        return None
-    try:
-        facts = json.loads(raw)
-    except ValueError:
-        return None
-    if not isinstance(facts, dict):
-        return None
-
-    def number(key: str) -> int | None:
-        value = facts.get(key)
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-    behavior = facts.get("swapBehavior")
-    return NodeFacts(number("permille"), number("declaredPermille"),
-                     behavior if isinstance(behavior, str) else None)
-
-
-def swap_behavior(labels: Mapping[str, Any], annotations: Mapping[str, Any]) -> str | None:
-    """The node's kubelet swap behaviour as swapwise knows it: the agent's facts (what it
-    read from the kubelet, or the declaration it trusted), else the declared label."""
-    facts = node_facts(annotations)
+def swap_behavior(node: Mapping[str, Any]) -> str | None:
+    """The node's kubelet swap behaviour as swapwise knows it: the node agent's facts (what
+    it read from the kubelet, or the declaration it trusted), else the declared label."""
+    facts = NodeFacts.of(node)
     if facts is not None and facts.swap_behavior:
         return facts.swap_behavior
-    declared = labels.get(BEHAVIOR_LABEL)
-    return declared if isinstance(declared, str) else None
-
+    return declared_behavior(node)
