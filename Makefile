@@ -4,7 +4,7 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: run test lint unit compat e2e e2e-1.37 e2e-smoke-1.37 control-plane control-plane-1.34 \
+.PHONY: run test lint unit quick compat e2e e2e-1.37 e2e-smoke-1.37 control-plane control-plane-1.34 \
 	control-plane-1.37 unit-tools prometheus vpa karpenter kube-state-metrics helm4 image node \
 	node-parts node-e2e node-bench demo bench clean admission-policy-golden
 
@@ -55,12 +55,18 @@ test: venv
 	@hack/stage --summary
 
 lint: venv
-	$(BIN)/ruff check webhook tests benchmarks
+	$(BIN)/ruff check webhook tests benchmarks testkit conftest.py
 	$(BIN)/mypy
 
 ## Everything but the e2e and real-node tests: no control plane, a few minutes.
 unit: venv
 	SWAPWISE_SKIP_E2E=1 $(BIN)/pytest -m "not e2e and not node" --ignore=tests/node
+
+## The engine, the policy file, the admission decision and the golden recording of the rendered
+## admission policies, without the tests marked slow: under 30 seconds, while you work.
+QUICK := tests/engine tests/policy tests/admission tests/render/test_admission_policy_golden.py
+quick: venv
+	$(BIN)/pytest -q -p no:cacheprovider -m "not slow" $(QUICK)
 
 ## What the unit tests run of the Go-built tools: helm (the chart tests) and promtool (the
 ## alert rule tests). The tests build a missing one themselves; make test builds them first so
@@ -77,7 +83,7 @@ unit-tools:
 ## checks through the oldest server. The newest versions (constraints/newest.txt) are what
 ## the dev venv runs every test on.
 COMPAT := build/compat
-COMPAT_TESTS := tests/test_server.py tests/test_routes.py $(filter-out \
+COMPAT_TESTS := tests/server/test_server.py tests/server/test_routes.py $(filter-out \
   tests/reliability/test_fuzz.py tests/reliability/test_pod_field_types.py, \
   $(wildcard tests/reliability/test_*.py))
 compat: venv $(COMPAT)/oldest/.installed

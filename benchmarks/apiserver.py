@@ -7,7 +7,7 @@
 **The headline** (default): the e2e control plane (tests/e2e/cluster.py: etcd,
 kube-apiserver, scheduler, controller-manager built by tests/e2e/build-control-plane.sh)
 calls ``swapwise serve`` (its policy and certificate mounted as the chart mounts them:
-ConfigMap/Secret volumes with the kubelet's ``..data`` symlink, tests/support/server_proc.py)
+ConfigMap/Secret volumes with the kubelet's ``..data`` symlink, testkit/server_proc.py)
 and the floor webhook (benchmarks/floor.py: uvicorn + uvloop, no-op) for a namespace each,
 ``failurePolicy: Fail`` and ``timeoutSeconds: 10``, so every create is exactly one call,
 ``POST /mutate/sandbox?timeout=10s``. In each namespace N concurrent creators (threads,
@@ -64,6 +64,8 @@ import httpx
 from benchmarks.common import machine, percentile, report
 from benchmarks.cpu import Floor, sched_seconds, start_tree
 from benchmarks.https import BASELINE_ENV
+from testkit.payloads import POLICY_YAML, pod
+from testkit.server_proc import ServerProcess
 from tests.e2e.cluster import (
     BINARIES,
     DEFAULT_LINE,
@@ -76,8 +78,6 @@ from tests.e2e.cluster import (
     wait_for_mutation,
     webhook_configuration,
 )
-from tests.support.payloads import POLICY_YAML, pod
-from tests.support.server_proc import ServerProcess
 from webhook.policy import Policy, parse_policy
 from webhook.render.admission_policy import render_admission_policies
 

@@ -1,13 +1,13 @@
 """What kube-apiserver sends a mutating webhook, byte for byte.
 
-    python -m benchmarks.capture [--k8s 1.34] [--out tests/data/captured]
+    python -m benchmarks.capture [--k8s 1.34] [--out benchmarks/data/captured]
 
 Starts the e2e control plane (tests/e2e/cluster.py), registers a tiny HTTPS server (the
 standard library's, HTTP/1.1, no ALPN, like uvicorn) as the webhook for one namespace,
 creates the benchmarks' 4-container pod there (benchmarks/apiserver.py's ``bench_pod``)
 and writes what the API server sent: the request line and headers (``request-head.txt``)
-and the AdmissionReview body (``review.json``). tests/support/payloads.py builds the benchmarks'
-requests from what this shows; tests/test_bench_payloads.py checks they agree with it.
+and the AdmissionReview body (``review.json``). testkit/payloads.py builds the benchmarks'
+requests from what this shows; benchmarks/tests/test_payloads.py checks they agree with it.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from tests.e2e.cluster import (
     register_webhook,
 )
 
-CAPTURED = Path(__file__).resolve().parents[1] / "tests" / "data" / "captured"
+CAPTURED = Path(__file__).resolve().parent / "data" / "captured"
 
 
 class Capture(BaseHTTPRequestHandler):

@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tests.support.payloads import POLICY_YAML
+from testkit.payloads import POLICY_YAML
 
 
 def percentile(sorted_values: list[float], q: float) -> float:

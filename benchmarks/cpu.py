@@ -18,7 +18,7 @@ behind kube-apiserver, benchmarks/apiserver.py, and this is its secondary figure
   /proc/<pid>/stat) over the run, divided by the admissions answered: not wall time, so
   it does not depend on how busy the machine was, only on what the server did. Rounds
   alternate between the two servers so drift hits both alike.
-- **decision**: ``decide`` on a parsed review of the 4-container pod (tests/support/payloads.py),
+- **decision**: ``decide`` on a parsed review of the 4-container pod (testkit/payloads.py),
   against ``orjson.loads`` + ``orjson.dumps`` of the same review bytes, alternating batches,
   each timed in thread CPU time (so time the process spent preempted is not counted).
 - ``--callgrind``: the same two ratios in instructions (valgrind's callgrind), which do not
@@ -49,8 +49,8 @@ from statistics import median
 
 from benchmarks.common import machine, report
 from benchmarks.https import BASELINE_ENV, start_server, wrk
-from tests.support.payloads import ADMISSION_PATH, request_bytes, review_bytes
-from tests.support.server_proc import ServerProcess, free_port
+from testkit.payloads import ADMISSION_PATH, request_bytes, review_bytes
+from testkit.server_proc import ServerProcess, free_port
 
 TICK = os.sysconf("SC_CLK_TCK")
 SERVER_CPU = 0  # the server under test runs here ...
@@ -205,10 +205,10 @@ DECISION = textwrap.dedent(
     """
     import gc, os, sys, time
     import orjson
-    from tests.support.payloads import review_bytes
+    from testkit.payloads import review_bytes
     from webhook.admission import decide, parse_review
     from webhook.policy import parse_policy_bytes
-    from tests.support.payloads import POLICY_YAML
+    from testkit.payloads import POLICY_YAML
 
     iterations, batches = int(sys.argv[1]), int(sys.argv[2])
     policy = parse_policy_bytes(POLICY_YAML)
@@ -375,7 +375,7 @@ def server_callgrind(admissions: int, connections: int, compare: list[str]
 def start_server_wrapped(workdir: Path, wrapper: list[str], source: str | None
                          ) -> ServerProcess:
     """``swapwise serve`` under ``wrapper`` (valgrind), from ``source`` if given."""
-    from tests.support.payloads import POLICY_YAML
+    from testkit.payloads import POLICY_YAML
 
     server = ServerProcess(workdir, POLICY_YAML)
     path = f"sys.path.insert(0, {source!r}); " if source else ""

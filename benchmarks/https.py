@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import machine, percentile, report
-from tests.support.payloads import ADMISSION_PATH, HEADERS, POLICY_YAML, review_bytes
-from tests.support.server_proc import ServerProcess
+from testkit.payloads import ADMISSION_PATH, HEADERS, POLICY_YAML, review_bytes
+from testkit.server_proc import ServerProcess
 
 LUA = Path(__file__).with_name("wrk.lua")
 

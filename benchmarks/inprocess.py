@@ -15,8 +15,8 @@ import time
 import uvloop
 
 from benchmarks.common import build_app, machine, percentile, quiet_json_logs, report
-from tests.support.asgi import call
-from tests.support.payloads import ADMISSION_PATH, review_bytes
+from testkit.asgi import call
+from testkit.payloads import ADMISSION_PATH, review_bytes
 
 
 async def measure(app: object, body: bytes, iterations: int) -> list[float]:

@@ -15,8 +15,8 @@ from typing import Any
 
 from benchmarks.common import machine, report
 from benchmarks.https import start_server, wrk
-from tests.support.payloads import ADMISSION_PATH, HEADERS, review_bytes
-from tests.support.server_proc import ServerProcess
+from testkit.payloads import ADMISSION_PATH, HEADERS, review_bytes
+from testkit.server_proc import ServerProcess
 
 
 def rss_kib(pid: int) -> int:

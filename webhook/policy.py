@@ -195,7 +195,7 @@ class PlacementSpec(_Strict):
     weight: Annotated[StrictInt, Field(ge=1, le=100)] = DEFAULT_WEIGHT
     tolerations: list[TolerationSpec] = Field(default_factory=list)
     # With mode: required, also require nodes whose swap backs the changed containers
-    # (label swapwise.io/swap-permille, written by `swapwise label-nodes`); no effect otherwise.
+    # (label swapwise.io/swap-permille, written by `swapwise node-agent`); no effect otherwise.
     swapBacking: Annotated[SwapBacking, BeforeValidator(_not_a_yaml_boolean)] = (
         DEFAULT_SWAP_BACKING)
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal
 
+from webhook.base.cel import cel_literal, cel_string
 from webhook.base.quantity import parse_bytes
 
 PlacementMode = Literal["required", "preferred", "none"]
@@ -20,9 +21,10 @@ ResizePolicy = Literal["RestartContainer", "keep"]
 SwapBacking = Literal["required", "off"]
 
 # The swap-node label swapwise's node agent writes: the kubelet runs LimitedSwap and the node
-# has backing swap. Not Node Feature Discovery's feature.node.kubernetes.io/memory-swap: NFD
-# owns that key with another meaning (swap present, whatever the kubelet does with it), and
-# two writers of one key rewrite each other's value.
+# has swap (how much of it backs pods is the swapwise.io/swap-permille label). Not Node
+# Feature Discovery's feature.node.kubernetes.io/memory-swap: NFD owns that key with another
+# meaning (swap present, whatever the kubelet does with it), and two writers of one key
+# rewrite each other's value.
 SWAP_LABEL = "swapwise.io/swap-node"
 
 # Every profile default, once: the policy file's schema (policy.py) and the resolved
@@ -65,6 +67,20 @@ class LabelSelector:
             elif present:  # DoesNotExist
                 return False
         return True
+
+    def cel_matches(self, labels: str) -> str:
+        """CEL twin of :meth:`matches` for the CEL map expression ``labels``."""
+        parts = [f"({cel_string(k)} in {labels} && {labels}[{cel_string(k)}] == "
+                 f"{cel_string(v)})" for k, v in self.match_labels]
+        for key, operator, values in self.match_expressions:
+            present = f"{cel_string(key)} in {labels}"
+            inside = f"{labels}[{cel_string(key)}] in {cel_literal(list(values))}"
+            parts.append({
+                "In": f"({present} && {inside})",
+                "NotIn": f"(!({present}) || !({inside}))",
+                "Exists": f"({present})",
+            }.get(operator, f"!({present})"))  # DoesNotExist
+        return " && ".join(parts) or "true"
 
 
 @dataclass(frozen=True)

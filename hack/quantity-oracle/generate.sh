@@ -1,6 +1,6 @@
 #!/bin/sh
 # Regenerate tests/data/quantity_table.json: Kubernetes' own answer (resource.ParseQuantity,
-# k8s.io/apimachinery v0.34.4) for every case of tests/support/quantity_grammar.py. Offline: needs Go
+# k8s.io/apimachinery v0.34.4) for every case of testkit/quantity_grammar.py. Offline: needs Go
 # and the module in the Go module cache (make control-plane puts it there).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
@@ -14,7 +14,7 @@ trap 'rm -rf "$build"' EXIT
 cd "$root"
 "${PYTHON:-.venv/bin/python}" -c '
 import json
-from tests.support.quantity_grammar import cases
+from testkit.quantity_grammar import cases
 for case in cases():
     print(json.dumps(case))
 ' | "$build/oracle" | "${PYTHON:-.venv/bin/python}" -c '

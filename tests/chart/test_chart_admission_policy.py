@@ -29,11 +29,15 @@ BEFORE_MODE = "e88458c05e5137f113284255a759afba7da9102e"
 # Chart files changed deliberately since BEFORE_MODE, in what mode webhook renders but not by
 # the mode: the comparison takes them as they are now. The dashboard: the labeller's
 # swapwise_labeller_permille_nodes on its Swap nodes panel, and the pressure guard's panels;
-# the rules: the pressure guard's alerts; the labeller: its Events Role in `default`; the
-# helpers: the policy file's profiles get swapBacking "off" where no labeller writes the label
-# backing needs (and the profile does not decide).
+# the rules: the pressure guard's alerts; the node agent (a DaemonSet, on by default) replaced
+# the labeller (its template and its values; the values of everything else are unchanged since,
+# so the old templates still render what they did); the helpers: the policy file's profiles get
+# swapBacking "off" where no node agent writes the label backing needs (and the profile does
+# not decide).
 CHANGED_SINCE = ("files/dashboard.json", "files/prometheus-rules.yaml",
-                 "templates/labeller.yaml", "templates/_helpers.tpl")
+                 "templates/node-agent.yaml", "templates/_helpers.tpl", "values.yaml",
+                 "values.schema.json")
+REMOVED_SINCE = ("templates/labeller.yaml",)
 SWAPWISE = str(Path(sys.executable).with_name("swapwise"))
 AP_KINDS = ["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
@@ -44,7 +48,7 @@ POLICY = {"apiVersion": "swapwise.io/v1alpha1", "kind": "SwapPolicy",
 # Everything optional switched on, so "renders none of the webhook pieces" means something.
 EVERYTHING = {
     "certs": {"mode": "certManager"},
-    "labeller": {"enabled": True},
+    "nodeAgent": {"enabled": True, "swapBehaviorSource": "kubelet"},
     "audit": {"rbac": {"create": True}},
     "podDisruptionBudget": {"enabled": True},
     "metrics": {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True},
@@ -91,6 +95,8 @@ def chart_before(tmp_path_factory: pytest.TempPathFactory) -> Path:
     subprocess.run(["tar", "-x", "-C", str(out)], input=archive.stdout, check=True)
     for name in CHANGED_SINCE:
         shutil.copyfile(CHART / name, out / "charts" / "swapwise" / name)
+    for name in REMOVED_SINCE:
+        (out / "charts" / "swapwise" / name).unlink()
     return out / "charts" / "swapwise"
 
 
@@ -121,6 +127,9 @@ def test_mode_webhook_renders_byte_for_byte_what_the_chart_did_before_the_mode(
 
 BACKING_OFF_NOTE = re.compile(r"\n\nSwap backing is OFF for profile\(s\) .*?(?=\n\n|\n?\Z)",
                               re.DOTALL)
+# The node agent's paragraphs, the last before the backing note (NOTES.txt).
+NODE_AGENT_NOTE = re.compile(
+    r"\n\nThe node agent runs on every Linux node:.*?(?=\n\nSwap backing|\n?\Z)", re.DOTALL)
 
 
 def notes_of(chart: Chart, chart_dir: Path, values: dict[str, Any], workdir: Path) -> str:
@@ -142,18 +151,28 @@ def test_mode_webhook_notes_are_unchanged(chart: Chart, chart_before: Path, tmp_
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     now = notes_of(chart, CHART, values, tmp_path / "a")
-    # One paragraph is new since: swap backing turned off for want of the labeller.
+    # New since: swap backing turned off for want of the node agent, or the node agent's own.
+    agent = values.get("nodeAgent", {}).get("enabled", True)
     without, found = BACKING_OFF_NOTE.subn("", now)
-    assert found == (0 if values.get("labeller", {}).get("enabled") else 1), now
+    assert found == (0 if agent else 1), now
+    without, found = NODE_AGENT_NOTE.subn("", without)
+    assert found == (1 if agent else 0), now
     assert without == notes_of(chart, chart_before, values, tmp_path / "b")
 
 
 # ---- mode admissionPolicy ----------------------------------------------------------------
 
 
+def without_agent(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The objects but the node agent's (which renders in either mode, its own admission policy
+    included: test_chart_node_agent.py)."""
+    return [o for o in objs
+            if o["metadata"]["labels"].get("app.kubernetes.io/component") != "node-agent"]
+
+
 def test_installs_the_rendered_objects_as_they_are_with_the_chart_labels(chart: Chart) -> None:
     values = rendered_values()
-    objs = chart.render(values)
+    objs = without_agent(chart.render(values))
     installed = {(o["kind"], o["metadata"]["name"]): o for o in objs
                  if o["apiVersion"].startswith("admissionregistration.k8s.io/")}
     wanted = values["admissionPolicy"]["objects"]
@@ -177,13 +196,11 @@ def test_renders_none_of_the_webhook_pieces(chart: Chart) -> None:
     names = sorted(f"{o['kind']}/{o['metadata']['name']}" for o in objs
                    if not o["apiVersion"].startswith("admissionregistration.k8s.io/"))
     assert names == [
-        "ClusterRole/sw-swapwise-audit", "ClusterRole/sw-swapwise-labeller",
-        "ClusterRoleBinding/sw-swapwise-audit", "ClusterRoleBinding/sw-swapwise-labeller",
-        "ConfigMap/sw-swapwise-dashboard", "Deployment/sw-swapwise-labeller",
-        "PrometheusRule/sw-swapwise", "Role/sw-swapwise-labeller",
-        "Role/sw-swapwise-labeller-events", "RoleBinding/sw-swapwise-labeller",
-        "RoleBinding/sw-swapwise-labeller-events", "ServiceAccount/sw-swapwise-audit",
-        "ServiceAccount/sw-swapwise-labeller",
+        "ClusterRole/sw-swapwise-audit", "ClusterRole/sw-swapwise-node-agent",
+        "ClusterRoleBinding/sw-swapwise-audit", "ClusterRoleBinding/sw-swapwise-node-agent",
+        "ConfigMap/sw-swapwise-dashboard", "DaemonSet/sw-swapwise-node-agent",
+        "PrometheusRule/sw-swapwise", "ServiceAccount/sw-swapwise-audit",
+        "ServiceAccount/sw-swapwise-node-agent",
     ]
     for kind in ("MutatingWebhookConfiguration", "Service", "Secret", "Issuer", "Certificate",
                  "ServiceMonitor", "PodDisruptionBudget"):
@@ -223,7 +240,7 @@ def test_cli_values_file_installs(chart: Chart, tmp_path: Path) -> None:
                           "--format", "helm-values"], capture_output=True, text=True,
                          timeout=60, check=True)
     values.write_text(out.stdout)
-    objs = chart.render(extra=["-f", str(values)])
+    objs = without_agent(chart.render(extra=["-f", str(values)]))
     assert sorted(kinds(objs)) == sorted(AP_KINDS * 4)
 
 
@@ -276,26 +293,27 @@ def test_a_cluster_without_the_api_is_refused_with_what_to_do(chart: Chart) -> N
     err = chart.error(rendered_values("v1beta1"), extra=live("v1beta1", *AP_KINDS[2:]))
     assert "does not serve admissionregistration.k8s.io/v1beta1 MutatingAdmissionPolicy" in err
     # Served: installs.
-    assert len(chart.render(rendered_values("v1beta1"), extra=live("v1beta1"))) == 16
-    assert len(chart.render(rendered_values("v1"), extra=live("v1"))) == 16
+    assert len(without_agent(chart.render(rendered_values("v1beta1"),
+                                          extra=live("v1beta1")))) == 16
+    assert len(without_agent(chart.render(rendered_values("v1"), extra=live("v1")))) == 16
 
 
 def test_offline_template_checks_nothing_against_a_cluster(chart: Chart) -> None:
     """helm template without a cluster knows group versions only, not kinds: no API check
     (GitOps tools render offline)."""
     for api_version in ("v1", "v1beta1"):
-        assert len(chart.render(rendered_values(api_version))) == 16
+        assert len(without_agent(chart.render(rendered_values(api_version)))) == 16
 
 
 def test_notes_say_what_was_installed(chart: Chart) -> None:
-    notes = chart.notes(merged(rendered_values(), {"labeller": {"enabled": True}}))
+    notes = chart.notes(rendered_values())
     assert "in mode admissionPolicy: no webhook server runs; the API server applies" in notes
     assert "  - MutatingAdmissionPolicy swapwise-sandbox\n" in notes
     assert "  - ValidatingAdmissionPolicyBinding swapwise-ci-ns-team-a-warn\n" in notes
     assert "(profiles: ci, sandbox)" in notes
     assert "swapwise.io/profile=ci" in notes
     assert "create --dry-run=server" in notes
-    assert "rollout status deployment/sw-swapwise-labeller" in notes
+    assert "rollout status daemonset/sw-swapwise-node-agent" in notes
     assert "MutatingWebhookConfiguration" not in notes
     assert "failurePolicy is Ignore: if a policy's CEL fails" in notes
     failing = helm_values(render_admission_policies(build_policy(POLICY), failure_policy="Fail"))

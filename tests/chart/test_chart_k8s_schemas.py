@@ -43,6 +43,24 @@ COMBOS: dict[str, dict[str, Any] | None] = {
     },
     "secret": {"certs": {"mode": "secret", "secretName": "tls", "caBundle": "Zm9v"}},
     "url": {"webhook": {"url": "https://127.0.0.1:8443"}},
+    "node-agent-kubelet-taint": {
+        "nodeAgent": {
+            "swapBehaviorSource": "kubelet",
+            "kubelet": {"caBundle": "-----BEGIN CERTIFICATE-----\nMIIB\n"
+                                    "-----END CERTIFICATE-----\n"},
+            "pressureMarks": {"markWith": "taint", "markWindow": 20, "clearWindow": 300},
+            "kubepodsPressure": False,
+            "priorityClassName": "",
+            "nodeSelector": {"pool": "swap"},
+            "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}],
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "pool", "operator": "In", "values": ["swap"]}]}]}}},
+            "podAnnotations": {"a": "b"},
+            "image": {"repository": "r/agent", "tag": "1"},
+        },
+    },
+    "node-agent-off": {"nodeAgent": {"enabled": False}},
     "one-replica-knobs": {
         "replicaCount": 1,
         "priorityClassName": "system-cluster-critical",

@@ -22,7 +22,7 @@ def test_off_by_default(chart: Chart) -> None:
     assert "PrometheusRule" not in kinds(objs)
     assert not [o for o in all_of(objs, "ConfigMap") if o["metadata"]["name"].endswith(
         "-dashboard")]
-    assert "ClusterRole" not in kinds(objs)
+    assert not [o for o in objs if o["metadata"]["name"].endswith("-audit")]
 
 
 def test_prometheus_rule_is_the_rule_file(chart: Chart) -> None:
@@ -58,13 +58,13 @@ def test_bad_values_are_refused(chart: Chart, values: dict[str, object]) -> None
 
 def test_audit_rbac_is_the_documented_clusterrole(chart: Chart) -> None:
     objs = chart.render({"audit": {"rbac": {"create": True}}})
-    role = one(objs, "ClusterRole")
+    role = one(objs, "ClusterRole", "sw-swapwise-audit")
     text = (REPO / "docs" / "audit.md").read_text()
     [documented] = [d for d in (yaml.safe_load(b) for b in re.findall(
         r"```yaml\n(.*?)```", text, re.S)) if isinstance(d, dict) and d.get("kind") ==
         "ClusterRole"]
     assert role["rules"] == documented["rules"]
-    binding = one(objs, "ClusterRoleBinding")
+    binding = one(objs, "ClusterRoleBinding", "sw-swapwise-audit")
     account = one(objs, "ServiceAccount", role["metadata"]["name"])
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "ServiceAccount",

@@ -57,7 +57,7 @@ CASES: dict[str, dict[str, Any]] = {
 
 
 def _backing_off(profile: dict[str, Any]) -> dict[str, Any]:
-    """What the chart makes of a profile while no labeller writes swapwise.io/swap-permille:
+    """What the chart makes of a profile while no node agent writes swapwise.io/swap-permille:
     swap backing "off" unless the profile decides (charts/swapwise/README.md)."""
     placement = profile.get("placement", {})
     if "swapBacking" in placement:
@@ -65,12 +65,12 @@ def _backing_off(profile: dict[str, Any]) -> dict[str, Any]:
     return {**profile, "placement": {**placement, "swapBacking": "off"}}
 
 
-def _expected(policy_values: dict[str, Any], labeller: bool = False) -> dict[str, Any]:
+def _expected(policy_values: dict[str, Any], agent: bool = True) -> dict[str, Any]:
     profiles = {"default": {}, **policy_values.get("profiles", {})}
     expected: dict[str, Any] = {
         "apiVersion": "swapwise.io/v1alpha1",
         "kind": "SwapPolicy",
-        "profiles": {k: v if labeller else _backing_off(v)
+        "profiles": {k: v if agent else _backing_off(v)
                      for k, v in profiles.items() if v is not None},
     }
     if policy_values.get("namespaces"):
@@ -93,17 +93,18 @@ def test_configmap_is_the_values_policy(chart: Chart, case: str) -> None:
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_with_the_labeller_the_configmap_is_the_values_as_given(chart: Chart, case: str) -> None:
-    values: dict[str, Any] = {"labeller": {"enabled": True}}
+def test_without_the_node_agent_backing_is_off_unless_a_profile_says(chart: Chart,
+                                                                     case: str) -> None:
+    values: dict[str, Any] = {"nodeAgent": {"enabled": False}}
     if CASES[case]:
         values["policy"] = CASES[case]
     cm = one(chart.render(values), "ConfigMap")
-    assert yaml.safe_load(cm["data"]["policy.yaml"]) == _expected(CASES[case], labeller=True)
+    assert yaml.safe_load(cm["data"]["policy.yaml"]) == _expected(CASES[case], agent=False)
 
 
-def test_configmap_invents_no_fields_but_backing_off_without_the_labeller(chart: Chart) -> None:
-    for labeller, default in ((True, {}), (False, {"placement": {"swapBacking": "off"}})):
-        cm = one(chart.render({"labeller": {"enabled": labeller}}), "ConfigMap")
+def test_configmap_invents_no_fields_but_backing_off_without_the_node_agent(chart: Chart) -> None:
+    for agent, default in ((True, {}), (False, {"placement": {"swapBacking": "off"}})):
+        cm = one(chart.render({"nodeAgent": {"enabled": agent}}), "ConfigMap")
         assert yaml.safe_load(cm["data"]["policy.yaml"]) == {
             "apiVersion": "swapwise.io/v1alpha1",
             "kind": "SwapPolicy",
@@ -114,11 +115,10 @@ def test_configmap_invents_no_fields_but_backing_off_without_the_labeller(chart:
 def test_notes_say_which_profiles_lost_backing_and_how_to_get_it(chart: Chart) -> None:
     values = {"policy": {"profiles": {"a": {}, "b": {"placement": {"swapBacking": "required"}},
                                       "c": {"placement": {"mode": "preferred"}}}}}
-    notes = " ".join(chart.notes(values).split())
+    notes = " ".join(chart.notes({**values, "nodeAgent": {"enabled": False}}).split())
     assert "Swap backing is OFF for profile(s) a, c, default:" in notes, notes
-    assert "labeller.enabled=true" in notes
-    with_labeller = chart.notes({**values, "labeller": {"enabled": True}})
-    assert "Swap backing is OFF" not in with_labeller
+    assert "nodeAgent.enabled=true" in notes
+    assert "Swap backing is OFF" not in chart.notes(values)  # the node agent runs by default
 
 
 def test_deployment_mounts_the_configmap(chart: Chart) -> None:

@@ -59,25 +59,28 @@ def test_no_documented_value_is_missing_from_values_yaml() -> None:
     assert sorted(k for k in documented_keys() if not exists(k)) == []
 
 
-def test_labeller_section_names_what_it_renders() -> None:
+def test_node_agent_section_names_what_it_renders() -> None:
     text = (CHART / "README.md").read_text()
-    section = text[text.index("## Node labeller"):text.index("## Values")]
-    template = (CHART / "templates" / "labeller.yaml").read_text()
+    section = text[text.index("## Node agent"):text.index("## Values")]
+    template = (CHART / "templates" / "node-agent.yaml").read_text()
     kinds = re.findall(r"^kind: (\w+)$", template, re.MULTILINE)
-    assert len(kinds) == 8  # with the Role and RoleBinding for Events in `default`
+    assert len(kinds) == 7  # with the ConfigMap of kubelet.caBundle
     flat = " ".join(section.split())
     for kind in kinds:
         assert kind in flat, kind
-    assert "`<fullname>-labeller-events` in `default`" in flat
+    for said in ("`<fullname>-node-agent`", "`<fullname>-node-agent-kubelet-ca`",
+                 '`request.userInfo.extra["authentication.kubernetes.io/node-name"]`',
+                 "`nodes` `get`, `list`, `watch`, `patch`", "`nodes/configz` `get`"):
+        assert said in flat, said
 
 
-def test_values_say_which_nodes_the_labeller_labels() -> None:
-    """values.yaml said "nodes whose swap capacity is above zero": a NoSwap kubelet reports
-    capacity too, and the labeller leaves such nodes unlabelled."""
+def test_values_say_which_nodes_the_node_agent_labels() -> None:
+    """A NoSwap kubelet reports swap capacity too, and the agent leaves such nodes unlabelled."""
     text = (CHART / "values.yaml").read_text()
-    comment = text[:text.index("\nlabeller:")].rsplit("\n\n", 1)[-1]
+    comment = text[:text.index("\nnodeAgent:")].rsplit("\n\n", 1)[-1]
     flat = " ".join(line.lstrip("# -") for line in comment.splitlines())
-    for said in ("exactly the swap nodes", "above zero AND whose kubelet runs swapBehavior "
+    for said in ("exactly the swap nodes", "have swap AND whose kubelet runs swapBehavior "
                  "LimitedSwap", "NoSwap, reports capacity but gives pods no swap",
-                 "swapwise.io/swap-permille"):
+                 "swapwise.io/swap-permille", "only its own Node, only keys under swapwise.io/",
+                 "never holds nodes/proxy"):
         assert said in " ".join(flat.split()), said

@@ -90,7 +90,10 @@ REJECTED: dict[str, tuple[dict[str, Any], list[str]]] = {
     "swapRatio 0": (_profile(swapRatio=0), [f"{PROFILE_PATH}/swapRatio", "exclusiveMinimum"]),
     "swapRatio negative": (_profile(swapRatio=-1), [f"{PROFILE_PATH}/swapRatio"]),
     "requestRatio 0": (_profile(requestRatio=0), [f"{PROFILE_PATH}/requestRatio"]),
-    "requestRatio > 1": (_profile(requestRatio=1.5), [f"{PROFILE_PATH}/requestRatio", "maximum"]),
+    "requestRatio > 1": (
+        _profile(requestRatio=1.5), [f"{PROFILE_PATH}/requestRatio", "exclusiveMaximum"]),
+    "requestRatio 1": (
+        _profile(requestRatio=1), [f"{PROFILE_PATH}/requestRatio", "exclusiveMaximum"]),
     "both ratios": (
         _profile(swapRatio=2, requestRatio=0.3),
         ["policy.profiles.default: give swapRatio or requestRatio, not both"],
@@ -99,7 +102,14 @@ REJECTED: dict[str, tuple[dict[str, Any], list[str]]] = {
         _profile(maxLimitRequestRatio=0.5),
         [f"{PROFILE_PATH}/maxLimitRequestRatio"],
     ),
+    "maxLimitRequestRatio 1": (
+        _profile(maxLimitRequestRatio=1),
+        [f"{PROFILE_PATH}/maxLimitRequestRatio", "exclusiveMinimum"],
+    ),
     "minRequest": (_profile(minRequest="lots"), [f"{PROFILE_PATH}/minRequest"]),
+    "minRequest newline": (_profile(minRequest="1Gi\n"), [f"{PROFILE_PATH}/minRequest"]),
+    "minRequest bytes": (_profile(minRequest=1048575), [f"{PROFILE_PATH}/minRequest"]),
+    "minRequest fraction": (_profile(minRequest=1048576.5), [f"{PROFILE_PATH}/minRequest"]),
     "defaultLimit": (_profile(defaultLimit="2 GB"), [f"{PROFILE_PATH}/defaultLimit"]),
     "placement.mode": (
         _profile(placement={"mode": "always"}),

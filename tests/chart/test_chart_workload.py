@@ -17,9 +17,16 @@ SELECTOR = {
 }
 
 
+def webhook_objects(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The objects of the webhook; the node agent's, on by default, have their own tests
+    (test_chart_node_agent.py)."""
+    return [o for o in objs
+            if o["metadata"]["labels"].get("app.kubernetes.io/component") != "node-agent"]
+
+
 @pytest.fixture(scope="module")
 def objs(chart: Chart) -> list[dict[str, Any]]:
-    return chart.render()
+    return webhook_objects(chart.render())
 
 
 def _pod_spec(objs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -163,7 +170,7 @@ def test_service_account_has_no_token(objs: list[dict[str, Any]]) -> None:
 
 
 def test_existing_service_account(chart: Chart) -> None:
-    objs = chart.render({"serviceAccount": {"create": False, "name": "mine"}})
+    objs = webhook_objects(chart.render({"serviceAccount": {"create": False, "name": "mine"}}))
     assert not all_of(objs, "ServiceAccount")
     assert _pod_spec(objs)["serviceAccountName"] == "mine"
 
@@ -229,10 +236,6 @@ def test_service_monitor(chart: Chart, objs: list[dict[str, Any]]) -> None:
         "serverName": f"{FULL}.{NAMESPACE}.svc",
         "ca": {"secret": {"name": f"{FULL}-tls", "key": "ca.crt"}},
     }
-
-
-def test_labeller_placeholder_renders_nothing(chart: Chart) -> None:
-    assert kinds(chart.render({"labeller": {"enabled": False}})) == kinds(chart.render())
 
 
 def test_notes(chart: Chart) -> None:

@@ -1,49 +1,31 @@
-"""The cases and the API calls of the admission-policy checks, shared by the e2e
-equivalence test (tests/e2e/test_admission_policy.py) and the recorder of the unit tier's
-golden outputs (tests/e2e/record_cel_golden.py): the same pods, profiles and requests.
+"""The cases of the admission-policy checks, shared by the e2e equivalence test
+(tests/e2e/test_admission_policy.py), the recorder of the unit tier's golden outputs
+(tests/e2e/record_cel_golden.py) and the golden test (tests/render/): the same pods and
+profiles, and how the webhook's warnings and stored pods are compared with the policies'.
 
-A case is a (pod, profile) of the engine's table tests (tests/engine, recorded by
-tests/e2e/engine_cases.py) or drawn by the project's strategies (tests/support/strategies.py),
-the same on every run.
+Pure: no control plane (the API calls are tests/e2e/admission_api.py's), so the unit tier
+imports it without the e2e harness. A case is a (pod, profile) of the engine's table tests
+(tests/engine, recorded by tests/e2e/engine_cases.py) or drawn by the project's strategies
+(testkit/strategies.py), the same on every run.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
 import re
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from tests.e2e.cluster import (
-    DEFAULT_LINE,
-    ControlPlane,
-    ensure_binaries,
-    k8s_version,
-    skip_unless_e2e,
-)
+from testkit.profile_spec import profile_fields
+from testkit.strategies import pods, profiles
 from tests.e2e.engine_cases import table_cases
-from tests.support.profile_spec import profile_fields
-from tests.support.strategies import pods, profiles
 from webhook.profile import Profile
 
-# The session's line (make test: 1.34, where MutatingAdmissionPolicy is v1beta1 behind its
-# feature gate, as 1.34 and 1.35 users run it; make e2e-1.37: v1, GA from 1.36).
-# SWAPWISE_AP_LINE picks another line's API server for these tests alone.
-LINE = os.environ.get("SWAPWISE_AP_LINE") or DEFAULT_LINE
-API_VERSION = "v1beta1" if LINE in ("1.34", "1.35") else "v1"
-APISERVER_ARGS = ([] if API_VERSION == "v1" else [
-    "--feature-gates=MutatingAdmissionPolicy=true",
-    "--runtime-config=admissionregistration.k8s.io/v1beta1=true"])
 HYPOTHESIS_PROFILES = int(os.environ.get("SWAPWISE_AP_PROFILES", "8"))
 HYPOTHESIS_PODS = int(os.environ.get("SWAPWISE_AP_PODS", "120"))
 # Fields each create makes up, and who-wrote-what bookkeeping: never compared.
@@ -104,41 +86,6 @@ def all_cases(workdir: Path) -> tuple[dict[str, Profile], list[Case]]:
     return named, cases
 
 
-def api(cp: ControlPlane, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(f"{cp.server}{path}", data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, context=cp.admin_context(), timeout=30) as r:
-            return int(r.status), json.load(r)
-    except urllib.error.HTTPError as e:
-        return int(e.code), json.loads(e.read() or b"{}")
-
-
-def create_pod(cp: ControlPlane, namespace: str, pod: dict[str, Any], *, dry_run: bool = False
-               ) -> tuple[int, Any, list[str]]:
-    """POST a pod: status, body, and the warnings the API server returned with it. A dry run
-    is admitted as a create is (mutating policies included) and stores nothing."""
-    query = "?dryRun=All" if dry_run else ""
-    request = urllib.request.Request(f"{cp.server}/api/v1/namespaces/{namespace}/pods{query}",
-                                     data=json.dumps(pod).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, context=cp.admin_context(), timeout=30) as r:
-            status, body, headers = int(r.status), json.load(r), r.headers
-    except urllib.error.HTTPError as e:
-        status, body, headers = int(e.code), json.loads(e.read() or b"{}"), e.headers
-    warnings = []
-    for header in headers.get_all("Warning") or []:
-        # http.client decodes header bytes as latin-1; the API server sends UTF-8 (the ‰).
-        with contextlib.suppress(UnicodeError):
-            header = header.encode("latin-1").decode("utf-8")
-        match = re.fullmatch(r'\d{3} \S+ "(.*)"', header)
-        if match:
-            warnings.append(match.group(1).replace('\\"', '"').replace("\\\\", "\\"))
-    return status, body, warnings
-
-
 # Webhook warnings a Warn policy cannot give (docs/admission-policy.md), and the prefix the
 # API server puts before every Warn message.
 NOT_REPEATED = re.compile(r"swapwise: (\S+ memory resizePolicy .* -> RestartContainer "
@@ -154,16 +101,6 @@ def ordered_warnings(warnings: list[str]) -> list[str]:
     policy's but after a webhook's."""
     ours = [w for w in warnings if w.startswith("swapwise: ")]
     return ours + sorted(w for w in warnings if not w.startswith("swapwise: "))
-
-
-def create_all(cp: ControlPlane, objects: list[dict[str, Any]]) -> None:
-    """POST each admission object (kubectl apply of ~100 large CEL objects is far slower)."""
-    for obj in objects:
-        group_version = obj["apiVersion"]
-        kind = obj["kind"].lower()
-        resource = kind[:-1] + "ies" if kind.endswith("y") else kind + "s"
-        status, body = api(cp, "POST", f"/apis/{group_version}/{resource}", obj)
-        assert status == 201, f"{obj['kind']} {obj['metadata']['name']}: {status} {body}"
 
 
 def stored(status: int, body: dict[str, Any]) -> Any:
@@ -218,19 +155,6 @@ def probe_pod(profile: Profile) -> dict[str, Any]:
             "metadata": {"name": "probe", "labels": labels},
             "spec": {"containers": [{"name": "probe", "image": "registry.example/app:1",
                                      "resources": {"limits": {"memory": "4Gi"}}}]}}
-
-
-@contextmanager
-def policy_control_plane() -> Iterator[ControlPlane]:
-    """A control plane whose API server is LINE's (only the API server runs admission: the
-    1.37 line adds one binary to the cache, the rest is the default line's, shared with every
-    e2e test), built when missing."""
-    skip_unless_e2e()
-    binaries = ensure_binaries()
-    apiserver = ensure_binaries(LINE, ["kube-apiserver"]) / "kube-apiserver"
-    with ControlPlane(binaries, apiserver_args=APISERVER_ARGS, apiserver=apiserver) as cp:
-        assert api(cp, "GET", "/version")[1]["gitVersion"] == k8s_version(LINE)
-        yield cp
 
 
 def policy_document(named: dict[str, Profile]) -> dict[str, Any]:

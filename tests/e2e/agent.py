@@ -3,9 +3,10 @@
 The agent reads its node's kernel through ``--host-proc``, ``--host-sys`` and
 ``--host-cgroup``; here those are a directory (:class:`FakeHost`) whose ``/proc/swaps`` and
 PSI files the test sets, so every agent decision runs against a real API server, its real
-watch, patch and admission (the chart's ValidatingAdmissionPolicy), with the kernel's figures
-chosen. What the kernel itself does (PSI crossing, the kubelet's swap) is proven on the real
-node (tests/node).
+watch and merge patches, with the kernel's figures chosen. The agent runs with the admin
+kubeconfig here: the chart's admission policy, which limits its own ServiceAccount, is proven
+with a node-bound token (tests/e2e/test_node_agent_privilege.py, tests/node). What the
+kernel itself does (PSI crossing, the kubelet's swap) is proven on the real node.
 """
 
 from __future__ import annotations

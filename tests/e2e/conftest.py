@@ -16,7 +16,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:  # so `tests.e2e.cluster` imports under plain `pytest` too
     sys.path.insert(0, str(REPO_ROOT))
 
-from tests.e2e.admission_cases import policy_control_plane  # noqa: E402
+from testkit.progress import uncaptured  # noqa: E402
+from tests.e2e.admission_api import policy_control_plane  # noqa: E402
 from tests.e2e.cluster import (  # noqa: E402
     DEFAULT_LINE,
     ControlPlane,
@@ -24,7 +25,6 @@ from tests.e2e.cluster import (  # noqa: E402
     skip_unless_e2e,
     swap_node_labels,
 )
-from tests.support.progress import uncaptured  # noqa: E402
 
 SWAP_NODES = ("swap-1", "swap-2")
 PLAIN_NODES = ("plain-1",)
@@ -55,7 +55,7 @@ def control_plane(pytestconfig: pytest.Config) -> Iterator[ControlPlane]:
 
 @pytest.fixture(scope="module")
 def policy_cluster(pytestconfig: pytest.Config) -> Iterator[ControlPlane]:
-    """A control plane whose API server is the admission-policy line's (admission_cases.LINE),
+    """A control plane whose API server is the admission-policy line's (admission_api.LINE),
     one per module: the admission-policy tests install policies cluster-wide."""
     with uncaptured(pytestconfig), policy_control_plane() as cp:
         yield cp

@@ -37,9 +37,10 @@ NAMESPACE = "swapwise"
 
 def declared_backing(profile: Any) -> Any:
     """The profile with its swap backing said: the webhook's default, ``required``, unless it
-    says otherwise. The chart, which runs no node agent here, would otherwise turn backing off
-    (fake nodes carry the per-mille label the agent writes, as tests/e2e/conftest.py makes
-    them); tests/chart checks that choice of the chart's."""
+    says otherwise. The chart, installed here without its node agent (no kubelet would run
+    it), would otherwise turn backing off (fake nodes carry the per-mille label the agent
+    writes, as tests/e2e/conftest.py makes them); tests/chart checks that choice of the
+    chart's."""
     if not isinstance(profile, dict):
         return profile
     placement = profile.get("placement") or {}
@@ -56,12 +57,14 @@ class Installation:
         self.cp = cp
         self.workdir = workdir
         self.port = free_port()
-        # The chart's own `default` profile would be merged in by Helm; drop it (null). No
-        # node agent: the fake nodes have no kubelet to run it (tests/node runs it for real).
+        # The chart's own `default` profile would be merged in by Helm; drop it (null).
+        # ``values``: more sections (tests/node turns the node agent on, with its image).
         self.values: dict[str, Any] = {
             "policy": {"profiles": {"default": None, **{
                 name: declared_backing(p) for name, p in profiles.items()}}},
             "webhook": {"url": f"https://127.0.0.1:{self.port}", "failurePolicy": "Ignore"},
+            # No kubelet runs its pods, and its DaemonSet's would take room on the fake nodes
+            # the placement tests count (tests/e2e/test_node_agent_privilege.py installs it).
             "nodeAgent": {"enabled": False},
             **(values or {}),
         }

@@ -1,6 +1,6 @@
 """Record what a real kube-apiserver stores under the rendered admission policies: the golden
 outputs the unit tier checks the engine and the renderer against
-(tests/test_admission_policy_golden.py).
+(tests/render/test_admission_policy_golden.py).
 
 Why: the CEL of `swapwise render admission-policy` is proven equal to the engine on a real
 API server by tests/e2e/test_admission_policy.py, which needs the 1.37 control plane. The
@@ -28,22 +28,24 @@ from typing import Any
 
 import jsonpatch
 
-from tests.e2e.admission_cases import (
+from testkit.golden import GOLDEN, rendered_digest
+from tests.e2e.admission_api import (
     API_VERSION,
     LINE,
-    WARN_PREFIX,
-    all_cases,
     api,
     create_all,
     create_pod,
-    pod_for,
     policy_control_plane,
+)
+from tests.e2e.admission_cases import (
+    WARN_PREFIX,
+    all_cases,
+    pod_for,
     policy_document,
     probe_pod,
     stored,
 )
 from tests.e2e.cluster import PROFILE_LABEL
-from tests.support.golden import GOLDEN, rendered_digest
 from webhook.policy import build_policy
 from webhook.render.admission_policy import render_admission_policies
 

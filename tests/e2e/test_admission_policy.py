@@ -2,7 +2,7 @@
 
 The acceptance test of the webhook-less mode (docs/admission-policy.md): every case of the
 engine's table tests (tests/engine, recorded by tests/e2e/engine_cases.py) and a batch of
-hypothesis-drawn pods and profiles (tests/support/strategies.py) is created twice on one
+hypothesis-drawn pods and profiles (testkit/strategies.py) is created twice on one
 kube-apiserver v1.37: once in a namespace served by `swapwise serve` (the webhook), once in
 a namespace served by the rendered MutatingAdmissionPolicy. The two stored pods must be
 equal field by field, except the fields every create makes up (uid, timestamps, ...) and
@@ -27,16 +27,12 @@ import jsonpatch
 import pytest
 import yaml
 
+from tests.e2e.admission_api import API_VERSION, LINE, api, create_all, create_pod
 from tests.e2e.admission_cases import (
-    API_VERSION,
-    LINE,
     NOT_REPEATED,
     ORIGINAL,
     WARN_PREFIX,
     all_cases,
-    api,
-    create_all,
-    create_pod,
     differences,
     ordered_warnings,
     pod_for,

@@ -29,9 +29,12 @@ VALUES: dict[str, dict[str, Any]] = {
         "certs": {"mode": "certManager"},
         "metrics": {"serviceMonitor": {"enabled": True}},
     },
-    "labeller": {"labeller": {"enabled": True}},
-    "labeller-pressure-guard": {"labeller": {"enabled": True, "pressureGuard": {
-        "enabled": True, "markAbove": 35, "clearBelow": 5, "interval": 5}}},
+    "node-agent-off": {"nodeAgent": {"enabled": False}},
+    "node-agent-kubelet-taint": {"nodeAgent": {
+        "swapBehaviorSource": "kubelet", "kubelet": {"insecureTLS": True},
+        "kubepodsPressure": False, "pressureMarks": {
+            "markWith": "taint", "memory": {"markAbove": 35, "clearBelow": 5},
+            "markWindow": 5, "clearWindow": 120}}},
     "url-mode": {"webhook": {"url": "https://127.0.0.1:8443"}},
 }
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from testkit import docs
 from tests.e2e.cluster import (
     ControlPlane,
     Swapwise,
@@ -28,7 +29,6 @@ from tests.e2e.cluster import (
     free_port,
     skip_unless_e2e,
 )
-from tests.support import docs
 
 pytestmark = pytest.mark.e2e
 

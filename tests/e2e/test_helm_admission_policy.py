@@ -22,7 +22,7 @@ import jsonpatch
 import pytest
 import yaml
 
-from tests.e2e.admission_cases import API_VERSION
+from tests.e2e.admission_api import API_VERSION
 from tests.e2e.cluster import PROFILE_LABEL, ControlPlane
 from webhook.engine import mutate_pod
 from webhook.policy import build_policy

@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from tests.e2e.test_labeller import GI, LIMITED, LabellerProcess
+from webhook.labeller.pressure import DEFAULT_CLEAR_BELOW, DEFAULT_MARK_ABOVE
 
+from testkit.pods import container, guaranteed, pod, review
 from tests.e2e.cluster import ControlPlane, Swapwise, wait_for
 from tests.e2e.fakekubelet import fake_kubelets, host_address
-from tests.e2e.test_labeller import GI, LIMITED, LabellerProcess
 from tests.monitoring.prom import RULES, Prometheus, queries
-from tests.support.pods import container, guaranteed, pod, review
-from webhook.labeller.pressure import DEFAULT_CLEAR_BELOW, DEFAULT_MARK_ABOVE
 
 OWN_METRIC = re.compile(r"(?<![a-z_])swapwise_")
 pytestmark = pytest.mark.e2e

@@ -11,6 +11,7 @@ node-group template, ``--node-labels``: docs/autoscaling.md).
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,7 +56,9 @@ def labels(cp: ControlPlane, name: str) -> dict[str, str]:
 
 @pytest.fixture
 def node_name(control_plane: ControlPlane, request: pytest.FixtureRequest) -> Iterator[str]:
-    name = f"agent-{request.node.name.removeprefix('test_')[:40].replace('_', '-')}"
+    test = re.sub(r"[^a-z0-9]+", "-", request.node.name.removeprefix("test_").lower())
+    name = f"agent-{test[:40].strip('-')}-{request.node.name[-6:].strip('[]')}".strip("-")
+    name = re.sub(r"[^a-z0-9-]+", "-", name).strip("-")
     yield name
     control_plane.kubectl("delete", "node", name, "--wait=false", check=False)
 
@@ -206,6 +209,7 @@ def test_marks_go_when_the_agent_stops(control_plane: ControlPlane, node_name: s
     make_node(cp, node_name)
     with running_agent(cp, node_name, tmp_path, QUICK) as (_, host):
         host.swaps([DISK])
+        wait_labels(cp, node_name, {SWAP_NODE_LABEL: "true"}, "a swap node first")
         host.stall("memory", 90)
         wait_for(lambda: MEMORY_MARK.key in labels(cp, node_name), 60, what="the mark")
     # running_agent stopped it with SIGTERM

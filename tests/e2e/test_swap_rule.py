@@ -16,7 +16,7 @@ import pytest
 
 from tests.e2e.cluster import PROFILE_LABEL, SWAP_LABEL, ControlPlane
 from tests.e2e.install import Installation, installed, pod
-from webhook.engine.pressure import PRESSURE_LABEL
+from webhook.engine.pressure import MARKS
 
 pytestmark = pytest.mark.e2e
 
@@ -59,10 +59,10 @@ def test_placement_only_for_a_container_that_gets_swap(
     affinity = got["spec"].get("affinity", {}).get("nodeAffinity", {}).get(REQUIRED)
     annotations = got["metadata"].get("annotations") or {}
     if placed:
-        # already swap-eligible, unchanged: the swap label and the memory-pressure entry,
-        # no swap backing (docs/rules.md)
+        # already swap-eligible, unchanged: the swap label and the pressure entries, no swap
+        # backing (docs/rules.md)
         expressions = [{"key": SWAP_LABEL, "operator": "In", "values": ["true"]},
-                       {"key": PRESSURE_LABEL, "operator": "DoesNotExist"}]
+                       *(mark.expression() for mark in MARKS)]
         assert affinity == {"nodeSelectorTerms": [{"matchExpressions": expressions}]}
         assert annotations[PROFILE_LABEL] == "sandbox"
     else:

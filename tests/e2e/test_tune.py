@@ -1,6 +1,6 @@
 """``swapwise tune`` against a real Prometheus (3.16, built from Go modules) holding an hour of
 kube-state-metrics and cAdvisor series, backfilled with ``promtool tsdb create-blocks-from
-openmetrics`` (tests/support/tune_history.py says what the pods did). Every query runs in
+openmetrics`` (testkit/tune_history.py says what the pods did). Every query runs in
 Prometheus' own engine: the window, the restart, the NaN, the joins on the pod's labels.
 
 The same command against the real node's kubelet and a real kube-state-metrics is
@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 import yaml
 
+from testkit import tune_history
 from tests.e2e.cluster import swapwise_executable
 from tests.monitoring.prom import Prometheus, ensure, queries
-from tests.support import tune_history
 
 pytestmark = pytest.mark.e2e
 

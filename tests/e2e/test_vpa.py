@@ -33,11 +33,11 @@ from typing import Any
 
 import pytest
 
+from testkit.progress import uncaptured
 from tests.e2e import cluster as k8s
 from tests.e2e.cluster import ControlPlane, wait_for
 from tests.e2e.vpa import UPDATER_INTERVAL, Vpa, set_recommendation, vpa_object
 from tests.e2e.vpa import ensure_binaries as ensure_vpa_binaries
-from tests.support.progress import uncaptured
 from webhook.base.quantity import parse_quantity
 from webhook.engine.backing import PERMILLE_LABEL, node_permille
 from webhook.engine.mutate import backing_warning

@@ -8,9 +8,9 @@ import json
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tests.support.engine_check import apply
-from tests.support.engine_tables import DEFAULT
-from tests.support.pods import guaranteed, pod
+from testkit.engine_check import apply
+from testkit.engine_tables import DEFAULT
+from testkit.pods import guaranteed, pod
 from webhook.engine import mutate_pod
 from webhook.engine.annotations import (
     ORIGINAL_ANNOTATION,

@@ -16,8 +16,8 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from tests.support.engine_check import apply
-from tests.support.engine_tables import (
+from testkit.engine_check import apply
+from testkit.engine_tables import (
     BACKED_2GI,
     DEFAULT,
     NO_MARKS,
@@ -31,7 +31,7 @@ from tests.support.engine_tables import (
     profile,
     terms,
 )
-from tests.support.pods import container, guaranteed, pod
+from testkit.pods import container, guaranteed, pod
 from webhook.engine import mutate_pod
 
 TERMS = f"/spec/affinity/nodeAffinity/{REQUIRED}/nodeSelectorTerms"

@@ -8,8 +8,8 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from tests.support.engine_tables import DEFAULT
-from tests.support.pods import guaranteed
+from testkit.engine_tables import DEFAULT
+from testkit.pods import guaranteed
 from webhook.engine import mutate_pod
 
 

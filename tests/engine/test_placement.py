@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.engine_check import apply
-from tests.support.engine_tables import (
+from testkit.engine_check import apply
+from testkit.engine_tables import (
     BACKED_2GI,
     DEFAULT,
     NO_MARKS,
@@ -19,7 +19,7 @@ from tests.support.engine_tables import (
     profile,
     terms,
 )
-from tests.support.pods import container, guaranteed, pod
+from testkit.pods import container, guaranteed, pod
 from webhook.engine import mutate_pod
 
 

@@ -19,8 +19,8 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from tests.support.engine_check import apply
-from tests.support.engine_tables import (
+from testkit.engine_check import apply
+from testkit.engine_tables import (
     BACKED_2GI,
     CPU_PRESSURE,
     DEFAULT,
@@ -35,7 +35,7 @@ from tests.support.engine_tables import (
     profile,
     terms,
 )
-from tests.support.pods import container, guaranteed, pod
+from testkit.pods import container, guaranteed, pod
 from webhook.engine import mutate_pod
 from webhook.engine.pressure import CPU_MARK, MARKS, MEMORY_MARK
 
@@ -56,7 +56,7 @@ def pressure_ops(mutation: Any) -> list[dict[str, Any]]:
 
 
 def test_the_entries_are_the_agents_marks_with_no_values_member() -> None:
-    assert (PRESSURE, CPU_PRESSURE) == (MEMORY_MARK.key, CPU_MARK.key)
+    assert (MEMORY_MARK.key, CPU_MARK.key) == (PRESSURE, CPU_PRESSURE)
     assert [mark.key for mark in MARKS] == [PRESSURE, CPU_PRESSURE]
     result, _ = apply(pod(guaranteed()), DEFAULT)
     entries = terms(result)[0]["matchExpressions"][1:3]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.engine_check import apply
-from tests.support.engine_tables import DEFAULT, memory, profile
-from tests.support.pods import guaranteed, pod
+from testkit.engine_check import apply
+from testkit.engine_tables import DEFAULT, memory, profile
+from testkit.pods import guaranteed, pod
 
 
 def test_init_containers_changed_but_plain_ones_get_no_resize_policy() -> None:

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.engine_check import apply
-from tests.support.engine_tables import (
+from testkit.engine_check import apply
+from testkit.engine_tables import (
     DEFAULT,
     NO_MARKS,
     SWAP_EXPR,
@@ -18,7 +18,7 @@ from tests.support.engine_tables import (
     profile,
     terms,
 )
-from tests.support.pods import container, guaranteed, pod
+from testkit.pods import container, guaranteed, pod
 from webhook.engine import mutate_pod
 
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from tests.support.engine_check import apply
-from tests.support.engine_tables import DEFAULT, memory, profile
-from tests.support.pods import guaranteed, pod
+from testkit.engine_check import apply
+from testkit.engine_tables import DEFAULT, memory, profile
+from testkit.pods import guaranteed, pod
 from webhook.engine import mutate_pod
 
 

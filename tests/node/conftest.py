@@ -23,12 +23,12 @@ from typing import Any
 
 import pytest
 
+from testkit.progress import uncaptured
 from tests.e2e.cluster import BASE_LINE, ControlPlane, ensure_binaries
 from tests.e2e.install import NAMESPACE, Installation
 from tests.node.incluster import IMAGE_ARCHIVE, ImageFacts
 from tests.node.node import Artifacts, GVisor, PressureLog, RealNode, network_to_guest
 from tests.node.scenarios import PROFILES, RESULTS, node_shape, plan
-from tests.support.progress import uncaptured
 from webhook.engine.pressure import MARKS
 
 REQUIRED = os.environ.get("SWAPWISE_NODE_E2E") == "1"

@@ -33,9 +33,9 @@ from typing import Any
 
 import yaml
 
+from testkit.docs import load
 from tests.e2e.cluster import Component, ControlPlane, free_port, wait_for
 from tests.monitoring.prom import Prometheus, queries
-from tests.support.docs import load
 from webhook.engine.pod import PROFILE_ANNOTATION
 
 REPO = Path(__file__).resolve().parents[2]

@@ -37,6 +37,8 @@ RESULTS = REPO / os.environ.get("SWAPWISE_NODE_RESULTS", "build/node-e2e/results
 BACKED = {"placement": {"swapBacking": "required"}}
 PROFILES: dict[str, Any] = {
     "sandbox": {"swapRatio": 2, **BACKED},
+    # 2x: the wake-up benchmark's middle density (bench/test_wakeup.py).
+    "double": {"swapRatio": 1, **BACKED},
     # "tuned" starts as "sandbox" does; the hot tune benchmark replaces its ratio by what
     # `swapwise tune` recommends, as a user would, and runs the same pods again.
     "tuned": {"swapRatio": 2, **BACKED},
@@ -60,12 +62,18 @@ HOLD_SECONDS = 120  # "stay Running for at least 2 minutes"
 
 
 def sandbox_pod(name: str, namespace: str, cold_mib: int = COLD_MIB, hot_mib: int = HOT_MIB,
-                tick: str | None = None, cpu_limit: bool = True) -> dict[str, Any]:
+                tick: str | None = None, cpu_limit: bool = True,
+                listen: int | None = None, fill: float | None = None) -> dict[str, Any]:
     """The sandbox, memory request == limit (what swapwise reshapes). With ``cpu_limit`` it is
-    Guaranteed; without, it asks for 50m and may use any CPU that is free (Burstable)."""
+    Guaranteed; without, it asks for 50m and may use any CPU that is free (Burstable).
+    ``listen``: the node port its ``GET /wake`` answers on (tests/node/wakeup.py)."""
     resources = {"cpu": CPU, "memory": LIMIT}
     limits = dict(resources) if cpu_limit else {"memory": LIMIT}
     args = ["sandbox", "-cold-mib", str(cold_mib), "-hot-mib", str(hot_mib)]
+    if listen is not None:
+        args += ["-listen", f":{listen}"]
+    if fill is not None:  # pages that compress as real memory does (zram)
+        args += ["-fill", str(fill)]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -368,17 +376,21 @@ class Run:
     """One density run: its namespace, pod count and what was observed."""
 
     def __init__(self, node: RealNode, namespace: str, profile: str | None, count: int,
-                 workload: dict[str, Any] | None = None) -> None:
+                 workload: dict[str, Any] | None = None, listen_from: int | None = None
+                 ) -> None:
         self.node, self.cp = node, node.cp
         self.namespace, self.profile, self.count = namespace, profile, count
         self.workload = workload or {}  # sandbox_pod's keywords: the calm sandbox by default
+        # Pod i answers GET /wake on the node's port listen_from + i (hostNetwork).
+        self.listen_from = listen_from
         self.placed = self.refused = 0
         self.oom_start = 0
 
     def start(self) -> None:
         create_namespace(self.cp, self.namespace, self.profile)
         self.oom_start = guest_oom_kills(self.node)
-        items = [sandbox_pod(f"sandbox-{i:02d}", self.namespace, **self.workload)
+        items = [sandbox_pod(f"sandbox-{i:02d}", self.namespace, **self.workload,
+                             listen=None if self.listen_from is None else self.listen_from + i)
                  for i in range(self.count)]
         self.cp.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
         self.placed, self.refused = placement(self.cp, self.namespace, self.count, self.node)

@@ -61,6 +61,7 @@ from tests.node.scenarios import (
     tuned,
     unschedulable_message,
 )
+from tests.node.wakeup import wait_idle_in_swap, wake_round
 from webhook.agent.pressure import CPU_DEFAULTS, MEMORY_DEFAULTS
 from webhook.base.quantity import parse_bytes
 from webhook.engine.backing import PERMILLE_LABEL, container_need, node_permille
@@ -72,6 +73,13 @@ pytestmark = pytest.mark.node
 # How late the agent may act after the kernel's own figures say it should: its samples are
 # a second apart, then one patch through the API server (seconds on this emulated node).
 AGENT_SLACK_S = 5.0
+WAKE_PORTS = 21000  # the density pods' GET /wake ports on the node: 21000 + i
+
+
+def wake_ports(run: Run) -> list[int]:
+    """The /wake ports of a run's placed pods (pod sandbox-NN listens on WAKE_PORTS + NN)."""
+    return [WAKE_PORTS + int(p["metadata"]["name"].rsplit("-", 1)[1])
+            for p in run.placed_pods()]
 
 
 def labels(node: RealNode) -> dict[str, str]:
@@ -266,7 +274,7 @@ def test_density_triples_without_oom_kills(
     results["plan.per_node.without"] = density_plan["sandbox"]["before"]["perNode"]
 
     without_from = time.monotonic()
-    with Run(node, "density-without", None, count) as without:
+    with Run(node, "density-without", None, count, listen_from=WAKE_PORTS) as without:
         results["density.without.placed"] = without.placed
         assert without.placed == expected_without
         try:
@@ -277,10 +285,12 @@ def test_density_triples_without_oom_kills(
             results["density.without.timeline"] = without.timeline()
         results["density.hot_ops_per_s.without"] = without.median_hot_ops()
         results["density.without.oom_kills"] = without.counts()["oom_kills"]
+        # The 1x baseline of the wake-up round: the same sandboxes, Guaranteed, in RAM.
+        baseline = wake_round(node, wake_ports(without), pressure_log)
 
     # A Prometheus configured as docs/monitoring.md says scrapes the kubelet meanwhile.
     start_from = time.monotonic()
-    with (Run(node, "density-with", "sandbox", count) as with_,
+    with (Run(node, "density-with", "sandbox", count, listen_from=WAKE_PORTS) as with_,
           kubelet_prometheus(node.cp, node.workdir / "prometheus") as prom):
         results["density.with.placed"] = with_.placed
         assert with_.placed == expected_with
@@ -337,8 +347,21 @@ def test_density_triples_without_oom_kills(
         results["tune.calm.recommendation"] = calm_tune["action"]
         results["tune.calm.swap_ratio"] = recommended_swap_ratio(calm_tune)
         results["tune.calm.evidence"] = calm_tune["evidence"]
+        # Wake-up: once every sandbox has cold pages in swap (its cgroup says so), wake them
+        # one at a time, a quarter at once, all at once (tests/node/wakeup.py).
+        uids = [p["metadata"]["uid"] for p in with_.placed_pods()]
+        out = wait_idle_in_swap(node, uids, 300)
+        woken = wake_round(node, wake_ports(with_), pressure_log)
+        woken["pods_with_pages_in_swap"] = sum(v > 0 for v in out.values())
+        woken["baseline_p99_ms"] = baseline["p99_ms"]
+        woken["baseline"] = baseline
+        for key, value in woken.items():
+            results[f"wakeup.{key}"] = value
     assert worst["running"] == with_.placed, worst
     assert worst["oom_kills"] == 0, worst
+    assert woken["answered"] == woken["asked"] == 2 * with_.placed + max(
+        1, with_.placed // 4), woken
+    assert baseline["answered"] == baseline["asked"], baseline
     assert results["backing.node_permille"] >= need, results
     assert results["pressure.calm.samples"] > 0, results
     assert results["pressure.calm.marked_at_end"] is False, pressure_log.describe(start_from)

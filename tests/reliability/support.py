@@ -30,9 +30,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from tests.support.asgi import Reply, call
-from tests.support.engine_check import _allowed, strip_memory
-from tests.support.server_proc import ServerProcess, wait_until
+from testkit.asgi import Reply, call
+from testkit.engine_check import path_allowed, strip_memory
+from testkit.server_proc import ServerProcess, wait_until
 from webhook.analysis.workloads import POD_PATHS
 from webhook.policy import Policy, default_policy
 from webhook.server.app import AppState, create_app
@@ -121,7 +121,7 @@ def apply_checked(pod: Any, response: dict[str, Any]) -> Any:
         return pod
     for op in ops:
         assert op["op"] in ("add", "replace"), op
-        assert _allowed(op["path"]), f"patch touches {op['path']}"
+        assert path_allowed(op["path"]), f"patch touches {op['path']}"
     result = jsonpatch.apply_patch(copy.deepcopy(pod), ops)  # raises if it does not apply
     assert _unnulled(strip_memory(result)) == _unnulled(strip_memory(pod)), \
         "something besides memory changed"
@@ -147,7 +147,7 @@ def validate(pod: Any) -> None:
 
 
 def review_bytes(obj: Any, uid: str = "fuzz-uid", namespace: str = "ns") -> bytes:
-    from tests.support.pods import review
+    from testkit.pods import review
 
     body = review(None, namespace=namespace)
     body["request"]["uid"] = uid
@@ -195,7 +195,7 @@ class Server(ServerProcess):
 
 
 def review_json(containers: int = 1) -> dict[str, Any]:
-    from tests.support.pods import guaranteed, pod, review
+    from testkit.pods import guaranteed, pod, review
 
     return review(pod(*[guaranteed(name=f"c{i}") for i in range(containers)]))
 

@@ -21,8 +21,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from testkit.server_proc import Mount, cert_files, wait_until
 from tests.reliability.support import Server, client_certificates
-from tests.support.server_proc import Mount, cert_files, wait_until
 
 PEM = serialization.Encoding.PEM
 

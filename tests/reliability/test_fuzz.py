@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from testkit.strategies import pods, profiles
 from tests.reliability.reviews import (
     EXAMPLE_PODS,
     broken_reviews,
@@ -32,7 +33,6 @@ from tests.reliability.support import (
     review_bytes,
     validate,
 )
-from tests.support.strategies import pods, profiles
 from webhook.policy import Policy
 from webhook.profile import Profile
 

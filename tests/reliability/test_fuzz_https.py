@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from testkit.strategies import pods
 from tests.reliability.reviews import broken_reviews, fuzz, mutated_example_pods
 from tests.reliability.support import (
     Server,
@@ -24,7 +25,6 @@ from tests.reliability.support import (
     review_bytes,
     validate,
 )
-from tests.support.strategies import pods
 
 HEADERS = {"content-type": "application/json"}
 

@@ -19,8 +19,8 @@ import httpx
 import orjson
 import pytest
 
+from testkit.pods import review
 from tests.reliability.support import Server, review_json
-from tests.support.pods import review
 
 CONTAINERS = 38_000
 CLIENTS = 4

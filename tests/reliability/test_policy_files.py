@@ -18,8 +18,8 @@ import httpx
 import pytest
 import yaml
 
+from testkit.server_proc import SWAPWISE, cert_files, free_port, wait_until
 from tests.reliability.support import Server
-from tests.support.server_proc import SWAPWISE, cert_files, free_port, wait_until
 from webhook.server.metrics import Metrics
 from webhook.server.reload import PolicyStore
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import yaml
 
+from testkit.server_proc import Mount, wait_until
 from tests.reliability.support import Server
-from tests.support.server_proc import Mount, wait_until
 from webhook.server import reload
 
 WRITES = 1000

@@ -1,7 +1,7 @@
 """Policy reload storms and certificate rotations while admissions stream: none fails.
 
 The files change the way the kubelet changes mounted ConfigMaps and Secrets (symlink
-swap, see tests/support/server_proc.py), as fast as the test can write them.
+swap, see testkit/server_proc.py), as fast as the test can write them.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import yaml
 
+from testkit.server_proc import cert_files, wait_until
 from tests.reliability.support import Server, Stream
-from tests.support.server_proc import cert_files, wait_until
 
 
 def policy(ratio: float) -> bytes:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import httpx
 
+from testkit.server_proc import wait_until
 from tests.reliability.support import Server, Stream, review_json
-from tests.support.server_proc import wait_until
 
 
 def test_sigterm_under_steady_load_loses_no_request(tmp_path: Path) -> None:

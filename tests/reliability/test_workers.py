@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from testkit.server_proc import wait_until
 from tests.reliability.support import Server, Stream, review_json
-from tests.support.server_proc import wait_until
 
 
 @pytest.fixture

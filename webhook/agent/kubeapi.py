@@ -155,7 +155,7 @@ class NodeApi:
             headers["Authorization"] = f"Bearer {token}"
         return {**headers, **(extra or {})}
 
-    def _call(self, method: str, path: str, body: bytes | None = None,
+    def call(self, method: str, path: str, body: bytes | None = None,
               content_type: str | None = None) -> Any:
         deadline = Deadline(self.timeout)
         connection = self._connection(self.timeout)
@@ -176,14 +176,14 @@ class NodeApi:
             raise ApiError(response.status, f"{method} {path}: not JSON: {exc}") from exc
 
     def get(self, name: str) -> dict[str, Any]:
-        node = self._call("GET", f"/api/v1/nodes/{quote(name, safe='')}")
+        node = self.call("GET", f"/api/v1/nodes/{quote(name, safe='')}")
         if not isinstance(node, dict):
             raise ApiError(200, "a Node is not a JSON object")
         return node
 
     def patch(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
         query = urlencode({"fieldManager": FIELD_MANAGER})
-        node = self._call("PATCH", f"/api/v1/nodes/{quote(name, safe='')}?{query}",
+        node = self.call("PATCH", f"/api/v1/nodes/{quote(name, safe='')}?{query}",
                           json.dumps(body).encode(), "application/merge-patch+json")
         if not isinstance(node, dict):
             raise ApiError(200, "a Node is not a JSON object")

@@ -79,7 +79,8 @@ class Node:
 
     @property
     def permille(self) -> int:
-        """The ``swapwise.io/swap-permille`` label ``label-nodes`` gives a node of this shape."""
+        """The ``swapwise.io/swap-permille`` label the node agent gives a node of this shape
+        (all of its swap backing: disk)."""
         return backing.node_permille(self.swap, self.memory)
 
     def swap_share(self, request: int) -> int:

@@ -1,7 +1,7 @@
 """Label keys and values as the API server checks them.
 
-One check for every label swapwise reads or writes: the policy's node selectors and
-tolerations, and the labels the node agent writes. Matched whole (``fullmatch``: ``$``
+One check for the label keys and values a user gives swapwise: the policy's node selectors
+and tolerations (the keys swapwise writes itself are constants). Matched whole (``fullmatch``: ``$``
 would let a trailing newline through).
 """
 

@@ -25,6 +25,8 @@ import math
 from fractions import Fraction
 from functools import lru_cache
 
+from webhook.base.cel import cel_string
+
 MI = 1024 * 1024
 MAX_INT64 = 2**63 - 1
 # The rendered CEL (``swapwise render admission-policy``) computes in int64; its products of
@@ -203,6 +205,14 @@ def parse_bytes(value: object) -> int:
     return math.ceil(parse_quantity(value))
 
 
+def cel_parse_bytes(text: str) -> str:
+    """CEL twin of :func:`parse_bytes` for the CEL string expression ``text`` (a valid
+    quantity): whole bytes, rounded up."""
+    f = f"quantity({text}).asApproximateFloat()"
+    return (f"(quantity({text}).isInteger() ? quantity({text}).asInteger() : "
+            f"int({f}) + (double(int({f})) < {f} ? 1 : 0))")
+
+
 def ceil_mi(value: Fraction | int) -> int:
     """Round up to a whole MiB, in bytes (integer arithmetic: exact, and no Fractions)."""
     return -(-value.numerator // (value.denominator * MI)) * MI
@@ -226,6 +236,21 @@ def format_bytes(value: int) -> str:
     if value % 1024 == 0:
         return f"{value // 1024}Ki"
     return str(value)
+
+
+def cel_positive(text: str) -> str:
+    """CEL: is the quantity of the CEL string expression ``text`` above zero (as
+    ``parse_quantity(text) > 0``)?"""
+    return f"quantity({text}).compareTo(quantity('0')) > 0"
+
+
+def cel_format_bytes(value: str) -> str:
+    """CEL twin of :func:`format_bytes` for the CEL int expression ``value``."""
+    out = "string(" + value + ")"
+    out = f"({value} % 1024 == 0 ? string({value} / 1024) + 'Ki' : {out})"
+    for suffix, size in reversed((*_FORMAT_BINARY, *_FORMAT_DECIMAL)):
+        out = f"({value} % {size} == 0 ? string({value} / {size}) + {cel_string(suffix)} : {out})"
+    return f"({value} == 0 ? '0' : {out})"
 
 
 def readable_bytes(value: int) -> str:

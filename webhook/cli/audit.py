@@ -1,6 +1,6 @@
 """``swapwise audit``: what in a running cluster needs action, read-only.
 
-The I/O is here (lightkube lists, through the labeller's client setup); every decision is
+The I/O is here (lightkube lists, through webhook/base/kubeapi.py); every decision is
 :func:`webhook.analysis.audit.audit`. Exit status 1 when a finding needs action, 2 when the audit
 could not be made (a bad argument or policy file, the cluster could not be read, or what it
 returned could not be judged): never a traceback, never 1. Read-only: the RBAC it needs is
@@ -24,8 +24,8 @@ def register(subcommands: Any) -> None:
         "audit",
         help="report what in the cluster needs action: pods not reshaped, reshaped pods "
              "without swap or on nodes that do not back them, HPAs/VPAs, LimitRanges/quotas, "
-             "swap labels vs nodes, nodes marked under memory pressure, reshaped pods no node "
-             "and no Karpenter NodePool can take (read-only)",
+             "swap labels vs nodes, nodes marked under memory or CPU pressure, reshaped pods "
+             "no node and no Karpenter NodePool can take (read-only)",
     )
     parser.add_argument("--kubeconfig",
                         help="kubeconfig file (default: in-cluster, else $KUBECONFIG or "

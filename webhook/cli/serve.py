@@ -121,7 +121,7 @@ def _preflight(args: argparse.Namespace) -> None:
     CA can be read, and the address can be listened on (bound and let go at once). A run
     that cannot serve leaves certs/ as it found it, and never makes a new CA for a name or
     address that it would never have served."""
-    from webhook.server.main import bind_socket
+    from webhook.server.launch import bind_socket
 
     if args.policy:
         load_policy(args.policy)
@@ -134,7 +134,7 @@ def _preflight(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from webhook.server.main import serve  # server deps only when serving
+    from webhook.server.launch import serve  # server deps only when serving
 
     if not 0 < args.port < 65536:
         return fail(f"--port {args.port} is out of range")

@@ -1,7 +1,7 @@
 """One reading of a Node: the keys swapwise's node side writes and what a Node says of swap.
 
-The node agent writes these keys on its own Node; ``audit`` and ``plan`` read them back, and
-the webhook's placement selects on them. Every reader goes through here, so a Node field is
+The node agent writes these keys on its own Node; ``audit`` reads them back, and the
+webhook's placement selects on them. Every reader goes through here, so a Node field is
 parsed one way (a quantity string and an integer alike, junk as "not reported"), never two.
 Node fields are read without trusting their shape: a Node is another writer's object.
 """
@@ -18,7 +18,7 @@ from webhook.base.quantity import MAX_INT64, QuantityError, parse_bytes
 from webhook.engine.backing import node_permille
 from webhook.profile import SWAP_LABEL
 
-# The swap-node label ("true" on nodes whose kubelet runs LimitedSwap with backing swap).
+# The swap-node label ("true" on nodes whose kubelet runs LimitedSwap and that have swap).
 SWAP_NODE_LABEL = SWAP_LABEL
 # The kubelet's swapBehavior as the node admin declares it (kubelet --node-labels; the
 # NodeRestriction admission plugin allows it: the key is not under kubernetes.io / k8s.io).

@@ -27,8 +27,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from webhook.base.cel import cel_string
 from webhook.engine.backing import PERMILLE_LABEL
-from webhook.engine.cel import cel_string
 from webhook.engine.pod import PodView, as_dict, as_list
 from webhook.engine.pointer import PatchOp, add, replace
 from webhook.engine.pressure import MARKS

@@ -13,7 +13,7 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any, Literal
 
-from webhook.base.quantity import QuantityError, parse_quantity, parse_text
+from webhook.base.quantity import QuantityError, cel_positive, parse_quantity, parse_text
 
 ContainerKind = Literal["init", "sidecar", "container"]
 # Exact values; whole ones (nearly all) as int, which compares and adds in C, where a
@@ -374,6 +374,37 @@ def qos_class(
     if guaranteed and len(requests) == len(limits) and same:
         return "Guaranteed"
     return "Burstable"
+
+
+# qos_class's CEL twin, for the rendered admission policies (webhook/render), on the pod as
+# admission receives it: a valid pod, every request at most its limit, so the kubelet's sums
+# equal per-container equality.
+_CEL_QOS_RESOURCES = "[" + ", ".join(f"'{name}'" for name in QOS_RESOURCES) + "]"
+
+
+def _cel_guaranteed(requests: str, limits: str) -> str:
+    """QoS Guaranteed for one (requests, limits) pair of CEL resource maps."""
+    return (f"{_CEL_QOS_RESOURCES}.all(k, k in {limits} && "
+            f"{cel_positive(f'string({limits}[k])')} && "
+            f"(!(k in {requests}) || quantity(string({requests}[k])) == "
+            f"quantity(string({limits}[k]))))")
+
+
+_CEL_POD_REQUESTS = "object.spec.?resources.?requests.orValue({})"
+_CEL_POD_LIMITS = "object.spec.?resources.?limits.orValue({})"
+# Pod-level resources decide QoS when set (pod_level_resources).
+CEL_POD_LEVEL = (f"{_CEL_QOS_RESOURCES}.exists(k, k in {_CEL_POD_REQUESTS} || "
+                 f"k in {_CEL_POD_LIMITS})")
+CEL_POD_GUARANTEED = _cel_guaranteed(_CEL_POD_REQUESTS, _CEL_POD_LIMITS)
+CEL_POD_BEST_EFFORT = (f"!{_CEL_QOS_RESOURCES}.exists(k, (k in {_CEL_POD_REQUESTS} && "
+                       f"{cel_positive(f'string({_CEL_POD_REQUESTS}[k])')}) || "
+                       f"(k in {_CEL_POD_LIMITS} && "
+                       f"{cel_positive(f'string({_CEL_POD_LIMITS}[k])')}))")
+CEL_CONTAINERS_GUARANTEED = (
+    "(object.spec.?initContainers.orValue([]) + object.spec.containers).all(c, "
+    + _cel_guaranteed("c.?resources.?requests.orValue({})", "c.?resources.?limits.orValue({})")
+    + ")"
+)
 
 
 NANO = 10**9  # the finest quantity suffix is n: nearly every value is whole in nano-units

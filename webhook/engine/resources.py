@@ -7,6 +7,7 @@ neither) are ever written; CPU and every other resource are left exactly as they
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from webhook.base.quantity import MI, format_bytes
@@ -64,6 +65,35 @@ def raised_limit(request: int, profile: Profile) -> int:
     if cap is not None:
         limit = min(limit, request * cap[0] // (cap[1] * MI) * MI)
     return limit
+
+
+def _cel_ceil_mi(x: str, ratio: Fraction) -> str:
+    """ceilMi(x * ratio) in int64: x split by the divisor so no product overflows."""
+    n, d = ratio.numerator, ratio.denominator * MI
+    return f"((({x}) / {d}) * {n} + ((({x}) % {d}) * {n} + {d - 1}) / {d}) * {MI}"
+
+
+def _cel_floor_mi(x: str, ratio: Fraction) -> str:
+    """floorMi(x * ratio) in int64."""
+    n, d = ratio.numerator, ratio.denominator * MI
+    return f"((({x}) / {d}) * {n} + ((({x}) % {d}) * {n}) / {d}) * {MI}"
+
+
+def cel_target(limit: str, profile: Profile) -> str:
+    """CEL twin of :func:`target` for the int expression ``limit``; the profile's values
+    are written in as constants."""
+    terms = [str(profile.min_request), _cel_ceil_mi(limit, profile.request_ratio)]
+    if profile.max_limit_request_ratio is not None:
+        terms.append(_cel_ceil_mi(limit, 1 / profile.max_limit_request_ratio))
+    return f"[{', '.join(terms)}].max()"
+
+
+def cel_raised_limit(request: str, profile: Profile) -> str:
+    """CEL twin of :func:`raised_limit` for the int expression ``request``."""
+    terms = [_cel_floor_mi(request, 1 / profile.request_ratio)]
+    if profile.max_limit_request_ratio is not None:
+        terms.append(_cel_floor_mi(request, profile.max_limit_request_ratio))
+    return f"[{', '.join(terms)}].min()" if len(terms) > 1 else terms[0]
 
 
 def _ceil(value: Exact) -> int:

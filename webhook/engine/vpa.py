@@ -18,7 +18,7 @@ no recommendation yet the VPA sets nothing, but will once it has one.
 
 from __future__ import annotations
 
-from webhook.engine.cel import cel_string
+from webhook.base.cel import cel_string
 from webhook.engine.pod import PodView
 
 OBSERVED_ANNOTATION = "vpaObservedContainers"

@@ -17,10 +17,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any
 
-from webhook.base.quantity import _FORMAT_BINARY, _FORMAT_DECIMAL, INT64_SAFE, MI, format_bytes
+# Every rule's CEL form sits beside its Python one (base/quantity.py, engine/*, profile.py);
+# this module composes them into objects. Short names for the helpers the CEL below is
+# dense with.
+from webhook.base.cel import cel_literal as lit
+from webhook.base.cel import cel_string as q
+from webhook.base.quantity import INT64_SAFE, MI, cel_parse_bytes, cel_positive, format_bytes
+from webhook.base.quantity import cel_format_bytes as fmt
 from webhook.engine.annotations import (
     RECORDED_LIMIT,
     RECORDED_PARTS,
@@ -31,7 +36,7 @@ from webhook.engine.annotations import (
     cel_recorded,
 )
 from webhook.engine.backing import PERMILLE_LABEL, container_need
-from webhook.engine.cel import cel_string as q
+from webhook.engine.backing import cel_container_need as need_cel
 from webhook.engine.mutate import BACKING_WARNING
 from webhook.engine.placement import (
     MAX_DIGITS,
@@ -43,6 +48,10 @@ from webhook.engine.placement import (
     unique_tolerations,
 )
 from webhook.engine.pod import (
+    CEL_CONTAINERS_GUARANTEED,
+    CEL_POD_BEST_EFFORT,
+    CEL_POD_GUARANTEED,
+    CEL_POD_LEVEL,
     CRITICAL_CLASSES,
     CRITICAL_PRIORITY,
     MAX_CONTAINERS,
@@ -53,7 +62,7 @@ from webhook.engine.pod import (
     SKIP_KEY,
 )
 from webhook.engine.resize import RESTART
-from webhook.engine.resources import target
+from webhook.engine.resources import cel_raised_limit, cel_target, target
 from webhook.engine.selection import ALWAYS_EXCLUDED_NAMESPACES, NAME_LABEL, NAMESPACE_LABEL
 from webhook.engine.vpa import cel_vpa_managed, cel_vpa_variables
 from webhook.engine.warnings import (
@@ -68,7 +77,7 @@ from webhook.engine.warnings import (
     cel_format,
 )
 from webhook.policy import Policy
-from webhook.profile import LabelSelector, Profile
+from webhook.profile import Profile
 
 API_VERSIONS = ("v1", "v1beta1")
 # cel-go's parser refuses an expression longer than this (in code points), and so does
@@ -91,73 +100,12 @@ class Unrenderable(ValueError):
                          + "\n".join(f"  {e}" for e in errors))
 
 
-# --------------------------------------------------------------------------- CEL text helpers
-
-
-def lit(value: Any) -> str:
-    """A CEL literal for a JSON value; members wrapped in dyn() so mixed maps type-check."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, str):
-        return q(value)
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{q(k)}: dyn({lit(v)})" for k, v in value.items()) + "}"
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(f"dyn({lit(v)})" for v in value) + "]"
-    raise TypeError(f"no CEL literal for {value!r}")
+# --------------------------------------------------------------------------- CEL of the pod
 
 
 def op(kind: str, path: str, value: str) -> str:
     """One JSON Patch operation as a CEL map (``path`` and ``value`` are CEL expressions)."""
     return f"{{'op': dyn({q(kind)}), 'path': dyn({path}), 'value': dyn({value})}}"
-
-
-def to_bytes(s: str) -> str:
-    """Bytes of the quantity string ``s``, rounded up (as the engine's ceil of a Fraction)."""
-    f = f"quantity({s}).asApproximateFloat()"
-    return (f"(quantity({s}).isInteger() ? quantity({s}).asInteger() : "
-            f"int({f}) + (double(int({f})) < {f} ? 1 : 0))")
-
-
-def fmt(t: str) -> str:
-    """CEL twin of :func:`webhook.base.quantity.format_bytes` for the int expression ``t``."""
-    out = "string(" + t + ")"
-    out = f"({t} % 1024 == 0 ? string({t} / 1024) + 'Ki' : {out})"
-    for suffix, size in reversed((*_FORMAT_BINARY, *_FORMAT_DECIMAL)):
-        out = f"({t} % {size} == 0 ? string({t} / {size}) + {q(suffix)} : {out})"
-    return f"({t} == 0 ? '0' : {out})"
-
-
-def ceil_mi(x: str, ratio: Fraction) -> str:
-    """ceilMi(x * ratio) in int64: x split by the divisor so no product overflows."""
-    n, d = ratio.numerator, ratio.denominator * MI
-    return f"((({x}) / {d}) * {n} + ((({x}) % {d}) * {n} + {d - 1}) / {d}) * {MI}"
-
-
-def floor_mi(x: str, ratio: Fraction) -> str:
-    """floorMi(x * ratio) in int64."""
-    n, d = ratio.numerator, ratio.denominator * MI
-    return f"((({x}) / {d}) * {n} + ((({x}) % {d}) * {n}) / {d}) * {MI}"
-
-
-def need_cel(r: str, lim: str) -> str:
-    """CEL twin of :func:`webhook.engine.backing.container_need` for the int expressions
-    ``r`` (request, > 0) and ``lim`` (limit, > request), exact for every pair of int64s.
-
-    ceil(1000 * (lim - r) / r) with e = lim - r = a*r + b is 1000*a + k, k = ceil(1000*b / r)
-    in [0, 1000]. 1000*b overflows int64 once r passes 8 PiB, so k is not computed by
-    division: it is the first of a few candidates around a double estimate (off by less than
-    one) for which k*r >= 1000*b, tested as ``b - k*(r/1000) <= k*(r%1000)/1000`` where no
-    product exceeds r; 1000 always passes. 1000*a cannot overflow for a renderable profile
-    (a < 1/requestRatio < 2^42). ``[v].map(x, ...)[0]`` binds a value (CEL has no let).
-    """
-    test = "b - k * (x[0] / 1000) <= k * (x[0] % 1000) / 1000"
-    k = (f"[int(1000.0 * double(b) / double(x[0]))].map(y, ([y - 1, y, y + 1, y + 2]"
-         f".filter(k, k >= 1 && k <= 1000 && {test}) + [1000])[0])[0]")
-    return (f"[[{r}, {lim} - {r}]].map(x, 1000 * (x[1] / x[0]) + "
-            f"[x[1] % x[0]].map(b, b == 0 ? 0 : {k})[0])[0]")
 
 
 # nodeSelectorTerms is the one list the pod's JSON tags give no omitempty: a NodeSelector
@@ -170,51 +118,6 @@ AFFINITY_SET = " || ".join(f"object.spec.?affinity.?{f}.hasValue()"
                            for f in ("nodeAffinity", "podAffinity", "podAntiAffinity"))
 NODE_AFFINITY_SET = (f"{NODE_AFFINITY}.?{REQUIRED}.hasValue() || "
                      f"{NODE_AFFINITY}.?{PREFERRED}.hasValue()")
-
-
-def positive(s: str) -> str:
-    return f"quantity({s}).compareTo(quantity('0')) > 0"
-
-
-def all_containers() -> str:
-    return "(object.spec.?initContainers.orValue([]) + object.spec.containers)"
-
-
-def _guaranteed(requests: str, limits: str) -> str:
-    """QoS Guaranteed for one (requests, limits) pair of resource maps (valid pods: every
-    request is at most its limit, so the kubelet's sums equal per-container equality)."""
-    return (f"['cpu', 'memory'].all(k, k in {limits} && {positive(f'string({limits}[k])')} && "
-            f"(!(k in {requests}) || quantity(string({requests}[k])) == "
-            f"quantity(string({limits}[k]))))")
-
-
-POD_REQUESTS = "object.spec.?resources.?requests.orValue({})"
-POD_LIMITS = "object.spec.?resources.?limits.orValue({})"
-POD_LEVEL = (f"['cpu', 'memory'].exists(k, k in {POD_REQUESTS} || k in {POD_LIMITS})")
-POD_GUARANTEED = _guaranteed(POD_REQUESTS, POD_LIMITS)
-POD_BEST_EFFORT = (f"!['cpu', 'memory'].exists(k, (k in {POD_REQUESTS} && "
-                   f"{positive(f'string({POD_REQUESTS}[k])')}) || (k in {POD_LIMITS} && "
-                   f"{positive(f'string({POD_LIMITS}[k])')}))")
-CONTAINERS_GUARANTEED = (
-    f"{all_containers()}.all(c, "
-    + _guaranteed("c.?resources.?requests.orValue({})", "c.?resources.?limits.orValue({})")
-    + ")"
-)
-
-
-def selector_condition(selector: LabelSelector) -> str:
-    labels = "object.metadata.?labels.orValue({})"
-    parts = [f"({q(k)} in {labels} && {labels}[{q(k)}] == {q(v)})"
-             for k, v in selector.match_labels]
-    for key, operator, values in selector.match_expressions:
-        present = f"{q(key)} in {labels}"
-        inside = f"{labels}[{q(key)}] in {lit(list(values))}"
-        parts.append({
-            "In": f"({present} && {inside})",
-            "NotIn": f"(!({present}) || !({inside}))",
-            "Exists": f"({present})",
-        }.get(operator, f"!({present})"))
-    return " && ".join(parts) or "true"
 
 
 # --------------------------------------------------------------------------- one profile
@@ -263,20 +166,6 @@ class _Cel:
         # docs/rules.md "Swap backing": only with required placement, unless turned off
         self.backing = placement.mode == "required" and placement.swap_backing == "required"
 
-    def target(self, limit: str) -> str:
-        p = self.p
-        terms = [str(p.min_request), ceil_mi(limit, p.request_ratio)]
-        if p.max_limit_request_ratio is not None:
-            terms.append(ceil_mi(limit, 1 / p.max_limit_request_ratio))
-        return f"[{', '.join(terms)}].max()"
-
-    def raised(self, request: str) -> str:
-        p = self.p
-        terms = [floor_mi(request, 1 / p.request_ratio)]
-        if p.max_limit_request_ratio is not None:
-            terms.append(floor_mi(request, p.max_limit_request_ratio))
-        return f"[{', '.join(terms)}].min()" if len(terms) > 1 else terms[0]
-
     def match_conditions(self) -> list[dict[str, str]]:
         p = self.p
         ann = "object.metadata.?annotations.orValue({})"
@@ -295,10 +184,11 @@ class _Cel:
              f" && {REQUIRED_TERMS}.size() <= {MAX_ITEMS}"),
         ]
         if p.pod_selector is not None:
-            conditions.append(("pod-selector", selector_condition(p.pod_selector)))
+            conditions.append(("pod-selector", p.pod_selector.cel_matches(
+                "object.metadata.?labels.orValue({})")))
         if p.guaranteed_pods == "skip":
-            conditions.append(("not-guaranteed",
-                               f"!({POD_LEVEL} ? {POD_GUARANTEED} : {CONTAINERS_GUARANTEED})"))
+            conditions.append(("not-guaranteed", f"!({CEL_POD_LEVEL} ? {CEL_POD_GUARANTEED} : "
+                                                  f"{CEL_CONTAINERS_GUARANTEED})"))
         return [{"name": name, "expression": expr} for name, expr in conditions]
 
     def variables(self) -> list[tuple[str, str]]:
@@ -320,7 +210,7 @@ class _Cel:
                  f"{items}.map(c, string(c.?resources.?requests[?'memory'].orValue('')))"),
                 (f"{kind}Lim",
                  f"{items}.map(c, string(c.?resources.?limits[?'memory'].orValue('')))"),
-                (f"{kind}LimB", f"{v}Lim.map(s, s == '' ? -1 : {to_bytes('s')})"),
+                (f"{kind}LimB", f"{v}Lim.map(s, s == '' ? -1 : {cel_parse_bytes('s')})"),
                 (f"{kind}Eq",
                  f"{v}Req.transformList(i, r, r != '' && {v}Lim[i] != '' && "
                  f"quantity(r) == quantity({v}Lim[i]))"),
@@ -332,16 +222,16 @@ class _Cel:
                  f"'none') : {v}Eq[i] ? 'target' : ({default} && r == '' && {v}Lim[i] == '') "
                  "? 'default' : 'none')"),
                 (f"{kind}New",
-                 f"{v}Mode.transformList(i, m, m == 'target' ? {self.target(f'{v}LimB[i]')} : "
+                 f"{v}Mode.transformList(i, m, m == 'target' ? {cel_target(f'{v}LimB[i]', p)} : "
                  f"m == 'default' ? {default_target} : m == 'vpa' ? "
-                 f"{self.raised(f'{v}LimB[i]')} : 0)"),
+                 f"{cel_raised_limit(f'{v}LimB[i]', p)} : 0)"),
                 (f"{kind}Chg",
                  f"{v}Mode.transformList(i, m, m == 'target' ? {v}New[i] < {v}LimB[i] : "
                  f"m == 'default' ? {'true' if default_changes else 'false'} : "
                  f"m == 'vpa' ? {v}New[i] > {v}LimB[i] : false)"),
                 (f"{kind}NewS", f"{v}New.map(t, {fmt('t')})"),
                 (f"{kind}Elig",
-                 f"{v}Req.transformList(i, r, {v}Chg[i] || (r != '' && {positive('r')} && "
+                 f"{v}Req.transformList(i, r, {v}Chg[i] || (r != '' && {cel_positive('r')} && "
                  f"!{v}Eq[i]))"),
             ]
         skip_vpa = p.vpa_pods == "skip"
@@ -354,7 +244,7 @@ class _Cel:
             ("placement",
              "!variables.vpaSkip && object.spec.?nodeName.orValue('') == '' && "
              "!object.metadata.?ownerReferences.orValue([]).exists(o, o.kind == 'DaemonSet')"
-             f" && ({POD_LEVEL} ? !({POD_GUARANTEED}) && !({POD_BEST_EFFORT}) && "
+             f" && ({CEL_POD_LEVEL} ? !({CEL_POD_GUARANTEED}) && !({CEL_POD_BEST_EFFORT}) && "
              "variables.anyElig : variables.anyChg || variables.anyElig)"),
         ]
         return out
@@ -404,7 +294,7 @@ class _Cel:
                 out.append((
                     f"{kind}Did",
                     f"{items}.transformList(i, c, {v}Msg[i] == '' || {v}Req[i] == '' ? 0 : "
-                    f"[{to_bytes(f'{v}Req[i]')}].map(r, r > 0 && r < {v}LimB[i] ? "
+                    f"[{cel_parse_bytes(f'{v}Req[i]')}].map(r, r > 0 && r < {v}LimB[i] ? "
                     f"{need_cel('r', f'{v}LimB[i]')} : 0)[0])"))
         if self.backing:
             out.append(("backingNeed", "variables.placement ? "

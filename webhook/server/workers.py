@@ -33,7 +33,7 @@ from webhook.base.logs import get_logger
 from webhook.policy import PolicyError, load_policy
 from webhook.server import asynclog
 from webhook.server.options import ServeOptions
-from webhook.server.run import Fallback, build, serve_socket
+from webhook.server.process import Fallback, build, serve_socket
 from webhook.server.tls import CertificateError
 from webhook.server.tls import load as load_certificate
 

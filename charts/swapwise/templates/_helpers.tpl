@@ -193,14 +193,15 @@ namespaces:
 {{/*
 The profiles as the policy file gets them. Swap backing (placement.swapBacking: required, the
 webhook's default) places reshaped pods only on nodes labelled swapwise.io/swap-permille, which
-the labeller writes: without the labeller, a profile that does not set swapBacking itself gets
-"off", so a default install never strands pods Pending (NOTES.txt says so).
+the node agent writes: without the node agent (nodeAgent.enabled false), a profile that does
+not set swapBacking itself gets "off", so such an install never strands pods Pending (NOTES.txt
+says so).
 */}}
 {{- define "swapwise.profiles" -}}
 {{- $out := dict }}
 {{- range $name, $profile := .Values.policy.profiles }}
 {{- $p := deepCopy ($profile | default dict) }}
-{{- if not $.Values.labeller.enabled }}
+{{- if not (include "swapwise.nodeAgentEnabled" $) }}
 {{- $placement := deepCopy (get $p "placement" | default dict) }}
 {{- if not (hasKey $placement "swapBacking") }}
 {{- $_ := set $placement "swapBacking" "off" }}
@@ -213,10 +214,10 @@ the labeller writes: without the labeller, a profile that does not set swapBacki
 {{- end }}
 
 {{/*
-The profiles whose swap backing the chart turned off (no labeller, not set in the profile).
+The profiles whose swap backing the chart turned off (no node agent, not set in the profile).
 */}}
 {{- define "swapwise.backingOff" -}}
-{{- if not .Values.labeller.enabled }}
+{{- if not (include "swapwise.nodeAgentEnabled" .) }}
 {{- range $name, $profile := .Values.policy.profiles }}
 {{- if not (hasKey (get ($profile | default dict) "placement" | default dict) "swapBacking") }}
 {{ $name }}
@@ -292,4 +293,46 @@ A regular expression matching the metrics only `swapwise serve` exports (README
 */}}
 {{- define "swapwise.serverMetrics" -}}
 \bswapwise_(admission|containers_changed|policy|certificate|watcher)_
+{{- end }}
+
+{{/*
+The node agent's name: its DaemonSet, ServiceAccount, ClusterRole(Binding) and admission
+policy (and binding) all carry it.
+*/}}
+{{- define "swapwise.nodeAgentName" -}}
+{{- printf "%s-node-agent" (include "swapwise.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+True (non-empty) when the node agent runs (`nodeAgent.enabled`, the default): the agent writes
+swapwise.io/swap-permille, which swap backing needs.
+*/}}
+{{- define "swapwise.nodeAgentEnabled" -}}
+{{- if .Values.nodeAgent.enabled }}true{{ end }}
+{{- end }}
+
+{{/*
+The install notes' paragraph on the node agent (both modes).
+*/}}
+{{- define "swapwise.nodeAgentNotes" -}}
+{{- if include "swapwise.nodeAgentEnabled" . }}
+{{- $name := include "swapwise.nodeAgentName" . }}
+
+The node agent runs on every Linux node: it labels the swap nodes (swapwise.io/swap-node,
+swapwise.io/swap-permille) and marks nodes under memory or CPU pressure; a
+ValidatingAdmissionPolicy lets it change only swapwise.io/ keys of its own Node.
+
+     kubectl -n {{ .Release.Namespace }} rollout status daemonset/{{ $name }}
+{{- if eq .Values.nodeAgent.swapBehaviorSource "declared" }}
+
+A node is a swap node once it has swap and its kubelet's swapBehavior is declared:
+
+     kubectl label node <node> swapwise.io/swap-behavior=LimitedSwap
+{{- end }}
+{{- if .Values.nodeAgent.kubepodsPressure }}
+
+Its pods mount the host's /sys/fs/cgroup read-only (hostPath): a namespace that enforces
+PodSecurity baseline or restricted refuses them (set nodeAgent.kubepodsPressure=false there).
+{{- end }}
+{{- end }}
 {{- end }}

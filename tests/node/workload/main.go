@@ -72,6 +72,10 @@ func main() {
 	}
 }
 
+// fill is the share of each page allocate writes pseudo-random bytes into (-fill): real
+// memory compresses 2-4x under zram, a page of zeros to nothing.
+var fill float64
+
 // touch writes one byte per page of every block, so each page is really backed by memory.
 func touch(blocks [][]byte, value byte) int {
 	n := 0
@@ -86,8 +90,20 @@ func touch(blocks [][]byte, value byte) int {
 
 func allocate(mibs int) [][]byte {
 	blocks := make([][]byte, mibs)
+	x := uint64(88172645463325252)
+	random := int(fill * page)
 	for i := range blocks {
 		blocks[i] = make([]byte, mib)
+		for p := 0; random > 0 && p < mib; p += page {
+			for j := 0; j < random; j += 8 {
+				x ^= x << 13
+				x ^= x >> 7
+				x ^= x << 17
+				for k := 0; k < 8 && j+k < random; k++ {
+					blocks[i][p+j+k] = byte(x >> (8 * k))
+				}
+			}
+		}
 	}
 	touch(blocks, 1)
 	return blocks
@@ -100,6 +116,7 @@ func sandbox(args []string, stop <-chan os.Signal) {
 	tick := fs.Duration("tick", 100*time.Millisecond, "time between passes over the hot set")
 	every := fs.Duration("report", 10*time.Second, "time between progress lines")
 	listen := fs.String("listen", "", "address to answer GET /wake on (empty: none)")
+	fs.Float64Var(&fill, "fill", 0, "share of each page filled with pseudo-random bytes (0-1)")
 	_ = fs.Parse(args)
 
 	start := time.Now()

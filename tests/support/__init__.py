@@ -1,2 +1,0 @@
-"""Helpers shared by the tests (not tests themselves): pods and reviews, a server process,
-the engine check, the docs runner, Hypothesis strategies."""
