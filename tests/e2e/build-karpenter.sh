@@ -40,6 +40,8 @@ bin=${SWAPWISE_KARPENTER_BIN:-$HOME/.cache/swapwise/karpenter/$karpenter_version
 jobs=${SWAPWISE_GO_P:-2}
 ldflags="-s -w"
 mkdir -p "$bin"
+# Karpenter says its version in its log and its build-info metric; unset, "unspecified".
+karpenter_ldflags() { echo "$ldflags -X sigs.k8s.io/karpenter/pkg/operator.Version=$karpenter_version"; }
 
 all=(karpenter-kwok kwok)
 (( $# )) && wanted=("$@") || wanted=("${all[@]}")
@@ -62,11 +64,11 @@ toolchain_for() {
   fi
 }
 
-# name -> helper module dir, module path, Go package
+# name -> helper module dir, module path, Go package, ldflags
 spec() {
   case $1 in
-    karpenter-kwok) echo "karpenter|sigs.k8s.io/karpenter|sigs.k8s.io/karpenter/kwok" ;;
-    kwok) echo "kwok|sigs.k8s.io/kwok|sigs.k8s.io/kwok/cmd/kwok" ;;
+    karpenter-kwok) echo "karpenter|sigs.k8s.io/karpenter|sigs.k8s.io/karpenter/kwok|$(karpenter_ldflags)" ;;
+    kwok) echo "kwok|sigs.k8s.io/kwok|sigs.k8s.io/kwok/cmd/kwok|$ldflags" ;;
   esac
 }
 
@@ -79,14 +81,14 @@ has_version() {  # binary, module path, version
 
 # build_stamped (stamped-build.sh) takes one `key` and `version`; the two binaries come from
 # two helper modules, so each is passed through it on its own with its own.
-current_module="" current_path="" current_pkg=""
+current_module="" current_path="" current_pkg="" current_ldflags=""
 up_to_date() {
   [[ -x $bin/$1 && -f $bin/.stamp-$1 && $(<"$bin/.stamp-$1") == "$key" ]] \
     && has_version "$bin/$1" "$current_path" "$version"
 }
 build() {
   echo "==> $1: building $current_pkg $version (-p $jobs, toolchain $GOTOOLCHAIN)"
-  (cd "$here/gomod/$current_module" && go build -p "$jobs" -trimpath -ldflags "$ldflags" \
+  (cd "$here/gomod/$current_module" && go build -p "$jobs" -trimpath -ldflags "$current_ldflags" \
      -o "$bin/.$1.tmp" "$current_pkg")
 }
 verify() {
@@ -100,12 +102,12 @@ verify() {
 source "$here/stamped-build.sh"
 total=0
 for name in "${wanted[@]}"; do
-  IFS='|' read -r current_module current_path current_pkg < <(spec "$name")
+  IFS='|' read -r current_module current_path current_pkg current_ldflags < <(spec "$name")
   GOTOOLCHAIN=$(toolchain_for "$current_module")
   export GOTOOLCHAIN
   version=$(modver "$current_module" "$current_path")
   key=$({ cat "$here/gomod/$current_module/go.mod" "$here/gomod/$current_module/go.sum"
-          echo "$ldflags"; go version; } | sha256sum | cut -d' ' -f1)
+          echo "$current_ldflags"; go version; } | sha256sum | cut -d' ' -f1)
   build_stamped "$name"
   total=$((total + built))
 done
