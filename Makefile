@@ -5,8 +5,8 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 
 .PHONY: run test lint unit quick compat e2e e2e-1.37 e2e-smoke-1.37 control-plane control-plane-1.34 \
-	control-plane-1.37 unit-tools prometheus vpa kube-state-metrics helm4 image node node-parts node-e2e \
-	node-bench demo bench clean admission-policy-golden release
+	control-plane-1.37 unit-tools prometheus vpa karpenter kube-state-metrics helm4 image node \
+	node-parts node-e2e node-bench demo bench clean admission-policy-golden release
 
 # The dev venv runs the newest uvicorn, Starlette and FastAPI pyproject.toml allows, pinned by
 # constraints/newest.txt (as the image does), so the whole suite is the "newest" compat run.
@@ -43,7 +43,7 @@ test: venv
 	@hack/stage build-unit $(MAKE) --no-print-directory unit-tools
 	@hack/stage --background unit $(MAKE) --no-print-directory unit
 	@hack/stage build-1.34 $(MAKE) --no-print-directory control-plane-1.34
-	@hack/stage build-tools $(MAKE) --no-print-directory prometheus vpa kube-state-metrics
+	@hack/stage build-tools $(MAKE) --no-print-directory prometheus vpa karpenter kube-state-metrics
 	@hack/stage --wait node-parts
 	@hack/stage --background node $(MAKE) --no-print-directory node
 	@hack/stage --wait unit
@@ -107,12 +107,12 @@ $(COMPAT)/%/.installed: pyproject.toml constraints/%.txt
 ## the 1.37 line with Helm 4 (make test runs neither it nor its smoke; README "Supported
 ## versions" says when to run them).
 E2E_LINE = $(or $(SWAPWISE_K8S_VERSION),1.34)
-e2e: venv control-plane-$(E2E_LINE) prometheus vpa
+e2e: venv control-plane-$(E2E_LINE) prometheus vpa karpenter
 	$(BIN)/pytest --durations=15 -m e2e tests/e2e
 
 ## The whole e2e suite on the Kubernetes 1.37 line with Helm 4 (its control plane built
 ## first, 8-14 minutes cold; README "Supported versions" says when to run it).
-e2e-1.37: venv control-plane-1.37 prometheus vpa
+e2e-1.37: venv control-plane-1.37 prometheus vpa karpenter
 	SWAPWISE_K8S_VERSION=1.37 SWAPWISE_HELM=4 $(BIN)/pytest -m e2e tests/e2e
 
 ## The chart with Helm 4: the chart tests, and the e2e tests that install it (webhook and
@@ -154,6 +154,12 @@ prometheus:
 ## the release for Kubernetes 1.34; tests/e2e/test_vpa.py), cached under ~/.cache/swapwise/vpa.
 vpa:
 	tests/e2e/build-vpa.sh
+
+## Karpenter v1.15.0 (its kwok provider) and kwok v0.8.0 from Go modules, with Karpenter's CRDs
+## and kwok's stages (tests/e2e/test_autoscaling.py: scale from zero, consolidation), cached
+## under ~/.cache/swapwise/karpenter.
+karpenter:
+	tests/e2e/build-karpenter.sh
 
 ## kube-state-metrics from Go modules (tests/e2e/gomod/kube-state-metrics), cached under
 ## ~/.cache/swapwise/kube-state-metrics: the real-node suite's `swapwise tune` reads the pods'

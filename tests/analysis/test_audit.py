@@ -224,7 +224,7 @@ def test_noswap_declared_nodes_are_information() -> None:
     n = node("n", False, GI)
     n["metadata"]["labels"]["swapwise.io/swap-behavior"] = "NoSwap"
     report = audit(Cluster(nodes=[n]), default_policy())
-    assert checks(report.findings) == [("node-swap-unlabelled", "Node/n", False)]
+    assert checks(report.findings) == [("node-swap-noswap", "Node/n", False)]
     assert not report.needs_action
 
 

@@ -236,22 +236,28 @@ def test_audit_end_to_end(cluster: tuple[ControlPlane, Audit]) -> None:
     assert found[("unknown-profile", "typo", "Namespace/typo")]["action"] is True
     assert found[("node-labelled-without-swap", None, "Node/liar")]["action"] is True
     assert found[("node-swap-unlabelled", None, "Node/unlabelled")]["action"] is True
-    assert found[("node-swap-unlabelled", None, "Node/noswap")]["action"] is False
+    assert found[("node-swap-noswap", None, "Node/noswap")]["action"] is False
+    # The web pods wait for a node with swapwise.io/swap-permille that nothing will make
+    # (no node has it, and this cluster serves no Karpenter NodePools).
+    unplaceable = found[("reshaped-pods-unplaceable", "team", f"Pod/{web[0]['metadata']['name']}")]
+    assert unplaceable["owner"] == "Deployment/web"
+    assert unplaceable["details"]["missing"] == [f"{PERMILLE} > 1998 (>= 1999)"]
+    assert unplaceable["details"]["nodePoolsServed"] is False
     # Reshaped pods exist and no node carries swapwise.io/swap-permille (no node agent here):
     # the default profile requires backing, so new reshaped pods would stay Pending.
     permille = found[("no-swap-permille-label", None, "Node/*")]
     assert permille["action"] is True
     assert permille["details"] == {"reshapedPods": 2, "profiles": ["default"]}
-    # Nothing about what is healthy: the reshaped web pod, the swap and plain nodes.
+    # Nothing about what is healthy: the swap and plain nodes.
     objects = {f["object"] for f in report["findings"]}
-    assert not objects & {f"Pod/{web[0]['metadata']['name']}", "Node/swap-a", "Node/plain-a"}
-    assert len(report["findings"]) == 11, report["findings"]
+    assert not objects & {"Node/swap-a", "Node/plain-a"}
+    assert len(report["findings"]) == 12, report["findings"]
 
     # The table says the same.
     table = audit.run()
     assert table.returncode == 1
     assert table.stdout.startswith(f"policy: {audit.policy}\n")
-    assert "11 finding(s), 10 needing action" in table.stdout
+    assert "12 finding(s), 11 needing action" in table.stdout
     assert re.search(r"^hpa-memory-utilisation +team +HorizontalPodAutoscaler/web +"
                      r"Deployment/web +yes$", table.stdout, re.M), table.stdout
 

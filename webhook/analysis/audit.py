@@ -26,7 +26,14 @@ Checks (``Finding.check``):
 - ``node-memory-pressure`` / ``node-cpu-pressure``: a node carries the node agent's mark
   (``swapwise.io/memory-pressure`` or ``swapwise.io/cpu-pressure``, a label or a taint): no
   new reshaped pod with required placement is placed there, the reshaped pods already there
-  keep stalling.
+  keep stalling;
+- ``reshaped-pods-unplaceable``: reshaped pods Pending with no node, and no node and no
+  Karpenter NodePool carries the labels they require: nothing will ever place them (the
+  autoscaling deadlock, :mod:`webhook.analysis.provisioning`, docs/autoscaling.md);
+- ``node-permille-overstated``: the node agent measured a per-mille below the one declared
+  for the node (NodePool, ``--node-labels``) before its first measurement;
+- ``node-swap-noswap``: a node with swap capacity whose kubelet runs ``NoSwap`` (AKS today):
+  pods get no swap there.
 """
 
 from __future__ import annotations
@@ -40,6 +47,15 @@ from typing import Any
 
 from webhook.analysis.hpa import utilisation_warnings
 from webhook.analysis.planner import backing_off
+from webhook.analysis.provisioning import (
+    NODEPOOL_API,
+    NodeTemplate,
+    nodepool_templates,
+    required_terms,
+    swap_behavior,
+    swapwise_keys,
+    unplaceable,
+)
 from webhook.base.documents import size_problem
 from webhook.base.quantity import (
     MI,
@@ -56,6 +72,8 @@ from webhook.engine.annotations import (
 )
 from webhook.engine.nodes import (
     BEHAVIOR_LABEL,
+    NO_SWAP,
+    NodeFacts,
     label_permille,
     status_permille,
     swap_capacity,
@@ -73,7 +91,8 @@ CHECKS = (
     "reshaped-pod-not-backed", "no-swap-permille-label",
     "hpa-memory-utilisation", "vpa", "limitrange", "resourcequota",
     "node-swap-unlabelled", "node-labelled-without-swap", "node-memory-pressure",
-    "node-cpu-pressure",
+    "node-cpu-pressure", "reshaped-pods-unplaceable", "node-permille-overstated",
+    "node-swap-noswap",
 )
 PERMILLE_LABEL = backing.PERMILLE_LABEL
 
@@ -90,6 +109,8 @@ class Cluster:
     vpas: list[dict[str, Any]] | None = None  # None: the VPA API is not served
     limitranges: list[dict[str, Any]] = field(default_factory=list)
     quotas: list[dict[str, Any]] = field(default_factory=list)
+    nodepools: list[dict[str, Any]] | None = None  # None: Karpenter's API is not served
+    nodepools_problem: str | None = None  # why NodePools could not be read, when served
 
 
 @dataclass(frozen=True)
@@ -328,7 +349,14 @@ def audit(cluster: Cluster, policy: Policy, swap_label: tuple[str, str] = (SWAP_
             cluster.vpas, "VerticalPodAutoscaler", skipped),
         limitranges=_objects(cluster.limitranges, "LimitRange", skipped),
         quotas=_objects(cluster.quotas, "ResourceQuota", skipped),
+        nodepools=None if cluster.nodepools is None else _objects(
+            cluster.nodepools, "NodePool", skipped),
+        nodepools_problem=cluster.nodepools_problem,
     )
+    if cluster.nodepools_problem:
+        skipped.append(f"NodePools ({NODEPOOL_API}): {cluster.nodepools_problem}; "
+                       "reshaped-pods-unplaceable judged without them")
+    templates = nodepool_templates(cluster.nodepools or [])
     findings: list[Finding] = []
     profiles: dict[str, Profile] = {}
     opted: dict[str, str] = {}
@@ -354,7 +382,7 @@ def audit(cluster: Cluster, policy: Policy, swap_label: tuple[str, str] = (SWAP_
     unbacked, unjudged = _not_backed(pods, nodes, {(f.namespace, f.object) for f in without})
     findings += unbacked
     skipped += unjudged
-    findings += _no_permille_label(pods, cluster.nodes)
+    findings += _no_permille_label(pods, cluster.nodes, templates)
     findings += _hpas(cluster.hpas, pods, profiles)
     if cluster.vpas is None:
         skipped.append(f"vpa: the {VPA_GROUP} API is not served by this cluster")
@@ -365,6 +393,8 @@ def audit(cluster: Cluster, policy: Policy, swap_label: tuple[str, str] = (SWAP_
     findings += _nodes(cluster.nodes, swap_label)
     for mark in MARKS:
         findings += _pressure(mark, pods, cluster.nodes, swap_label)
+    findings += _unplaceable(pods, cluster.nodes, templates, cluster.nodepools is not None)
+    findings += _node_facts(cluster.nodes, swap_label)
     return Report(findings, dict(sorted(opted.items())), skipped)
 
 
@@ -549,11 +579,16 @@ def _not_backed(
     return findings, unjudged
 
 
-def _no_permille_label(pods: list[_Pod], nodes: list[dict[str, Any]]) -> list[Finding]:
+def _no_permille_label(pods: list[_Pod], nodes: list[dict[str, Any]],
+                       templates: list[NodeTemplate]) -> list[Finding]:
     """Reshaped pods exist (active, in opted-in namespaces) and no node carries the
-    per-mille label at all."""
+    per-mille label at all, nor does any NodePool declare it (Karpenter then makes nodes
+    that carry it: scaling from zero is not this)."""
     reshaped = [pod for pod in pods if pod.reshaped]
     if not reshaped or any(PERMILLE_LABEL in _labels(node) for node in nodes):
+        return []
+    if any(PERMILLE_LABEL in t.labels or any(r[0] == PERMILLE_LABEL for r in t.requirements)
+           for t in templates):
         return []
     requiring = sorted({pod.profile.name for pod in reshaped if backing_off(pod.profile) is None})
     if requiring:
@@ -799,18 +834,15 @@ def _nodes(nodes: list[dict[str, Any]], swap_label: tuple[str, str]) -> list[Fin
                 "node-agent keeps it true) or enable swap",
                 details={"swapCapacity": capacity},
             ))
-        elif capacity and not labelled:
-            declared = labels.get(BEHAVIOR_LABEL)
-            no_swap = declared == "NoSwap"
+        elif capacity and not labelled and \
+                swap_behavior(node) != NO_SWAP:  # node-swap-noswap's
             findings.append(Finding(
                 "node-swap-unlabelled", None, f"Node/{name}",
                 f"reports swap capacity {_size(capacity)} but has no label {key}={value}: "
-                + ("its kubelet is declared NoSwap, so pods get no swap there; "
-                   "nothing to do unless it should run LimitedSwap" if no_swap else
-                   "if its kubelet runs swapBehavior LimitedSwap, label it (swapwise "
-                   "node-agent does); reshaped pods are not placed there"),
-                action=not no_swap, details={"swapCapacity": capacity,
-                                             "swapBehavior": declared},
+                "if its kubelet runs swapBehavior LimitedSwap, label it (swapwise "
+                "node-agent does); reshaped pods are not placed there",
+                details={"swapCapacity": capacity,
+                         "swapBehavior": labels.get(BEHAVIOR_LABEL)},
             ))
     return findings
 
@@ -859,4 +891,97 @@ def _pressure(mark: Mark, pods: list[_Pod], nodes: list[dict[str, Any]],
             details={"annotation": note, "reshapedPods": here, "everySwapNodeMarked": every,
                      "markedWith": sorted(forms)},
         ))
+    return findings
+
+
+def _unplaceable(pods: list[_Pod], nodes: list[dict[str, Any]],
+                 templates: list[NodeTemplate], nodepools_served: bool) -> list[Finding]:
+    """Reshaped pods Pending with no node whose swapwise labels no node has and no NodePool
+    declares: the scale-from-zero deadlock (docs/autoscaling.md). One finding per namespace,
+    owner and set of missing labels."""
+    node_labels = [_labels(node) for node in nodes]
+    groups: dict[tuple[str, str | None, tuple[str, ...]], list[tuple[_Pod, bool]]] = {}
+    for pod in pods:
+        spec = _dict(pod.obj.get("spec"))
+        if not pod.reshaped or spec.get("nodeName") or \
+                _dict(pod.obj.get("status")).get("phase", "Pending") != "Pending":
+            continue
+        keys = swapwise_keys(pod.profile.placement.node_selector)
+        found = unplaceable(required_terms(pod.obj, keys), node_labels, templates)
+        if found is None:
+            continue
+        missing = tuple(e.text() for e in found.missing)
+        groups.setdefault((pod.namespace, pod.owner_ref, missing), []).append(
+            (pod, found.together))
+    findings = []
+    pools = sorted(t.name for t in templates)
+    for (namespace, owner, missing), members in sorted(
+            groups.items(), key=lambda item: (item[0][0], item[0][1] or "", item[0][2])):
+        names = sorted(_name(pod.obj) for pod, _ in members)
+        together = members[0][1]
+        wanted = " and ".join(missing)
+        if together:
+            lack = f"no node and no NodePool has all of {wanted} at once"
+        else:
+            lack = f"no node has {wanted}, and no NodePool declares it"
+        if not nodepools_served:
+            where = ("this cluster serves no Karpenter NodePools (karpenter.sh/v1): if "
+                     "cluster-autoscaler adds nodes, its node groups' templates (ASG tags, "
+                     "node pool labels) must declare them, and the kubelets' --node-labels too")
+        elif pools:
+            where = (f"NodePool(s) {', '.join(pools)} do not declare them: declare them in the "
+                     "swap pool's spec.template.metadata.labels (a per-mille the nodes' swap "
+                     "really gives)")
+        else:
+            where = ("no NodePool exists: create one for swap nodes that declares them in "
+                     "spec.template.metadata.labels")
+        findings.append(Finding(
+            "reshaped-pods-unplaceable", namespace, f"Pod/{names[0]}",
+            f"{len(names)} reshaped pod(s) Pending with no node: {lack}, so the scheduler "
+            f"places none of them and no autoscaler adds a node that would take them; "
+            f"{where} (docs/autoscaling.md)",
+            owner=owner,
+            details={"pods": names, "missing": list(missing), "nodePools": pools,
+                     "nodePoolsServed": nodepools_served, "eachProvidedSomewhere": together},
+        ))
+    return findings
+
+
+def _node_facts(nodes: list[dict[str, Any]], swap_label: tuple[str, str]) -> list[Finding]:
+    """What the node agent's facts say against the node's declarations: a declared
+    per-mille that overstated the swap, and swap the kubelet does not give (NoSwap)."""
+    findings = []
+    key, value = swap_label
+    for node in sorted(nodes, key=_name):
+        name = _name(node)
+        labels = _labels(node)
+        facts = NodeFacts.of(node)
+        if facts is not None and facts.declared_permille is not None \
+                and facts.permille is not None and facts.declared_permille > facts.permille:
+            findings.append(Finding(
+                "node-permille-overstated", None, f"Node/{name}",
+                f"was declared {PERMILLE_LABEL}={facts.declared_permille} (NodePool, node "
+                f"group template or --node-labels) but its swap gives {facts.permille}: the "
+                "node agent replaced the label, and pods placed on the declared value before "
+                "that may not be backed (see reshaped-pod-not-backed); fix the declaration "
+                "where the node was made, every new node repeats it (docs/autoscaling.md)",
+                details={"declaredPermille": facts.declared_permille,
+                         "measuredPermille": facts.permille,
+                         "label": labels.get(PERMILLE_LABEL)},
+            ))
+        capacity = swap_capacity(node)
+        if capacity and swap_behavior(node) == NO_SWAP:
+            labelled = labels.get(key) == value
+            findings.append(Finding(
+                "node-swap-noswap", None, f"Node/{name}",
+                f"reports swap capacity {_size(capacity)} but its kubelet runs swapBehavior "
+                "NoSwap: no pod gets swap there (on AKS the kubelet cannot be given "
+                "LimitedSwap today, Azure/AKS#4352); "
+                + (f"yet it is labelled {key}={value}, so reshaped pods are placed there and "
+                   "get none: remove the label or run LimitedSwap" if labelled else
+                   "reshaped pods are not placed there; run LimitedSwap if it should take "
+                   "them (docs/node-setup.md)"),
+                action=labelled,
+                details={"swapCapacity": capacity, "labelled": labelled},
+            ))
     return findings

@@ -32,7 +32,8 @@ def register(subcommands: Any) -> None:
         "audit",
         help="report what in the cluster needs action: pods not reshaped, reshaped pods "
              "without swap or on nodes that do not back them, HPAs/VPAs, LimitRanges/quotas, "
-             "swap labels vs nodes, nodes marked under memory or CPU pressure (read-only)",
+             "swap labels vs nodes, nodes marked under memory or CPU pressure, reshaped pods "
+             "no node and no Karpenter NodePool can take (read-only)",
     )
     parser.add_argument("--kubeconfig",
                         help="kubeconfig file (default: in-cluster, else $KUBECONFIG or "
@@ -52,8 +53,9 @@ def register(subcommands: Any) -> None:
 
 
 async def fetch(kubeconfig: str | None) -> Any:
-    """List what the audit reads: Namespaces and Nodes, and in each opted-in namespace its
-    Pods, ReplicaSets, HPAs, VPAs (when the API is served), LimitRanges, ResourceQuotas.
+    """List what the audit reads: Namespaces, Nodes and Karpenter NodePools (when the API
+    is served), and in each opted-in namespace its Pods, ReplicaSets, HPAs, VPAs (when the
+    API is served), LimitRanges, ResourceQuotas.
 
     Each list is paged and bounded (:func:`~webhook.base.kubeapi.list_objects`); a failure
     the server may recover from is retried after a delay that grows until a page arrives,
@@ -80,6 +82,7 @@ async def fetch(kubeconfig: str | None) -> Any:
         cluster: dict[str, Any] = {"namespaces": namespaces, "nodes": nodes, "pods": [],
                                    "replicasets": [], "hpas": [], "vpas": [],
                                    "limitranges": [], "quotas": []}
+        cluster.update(await _nodepools(listing))
         # The audit's own reader: a listing of the wrong shape is said, not traced back.
         for name in opted_in(o for o in namespaces if isinstance(o, dict)):
             cluster["pods"] += await listing(Pod, name)
@@ -108,6 +111,26 @@ def _read_error(exc: Exception) -> str:
                 if isinstance(exc, KubeError) and exc.status in (401, 403) else "")
         return shown(exc, 1000) + hint
     return f"{type(exc).__name__}: {shown(exc, 1000)}"
+
+
+async def _nodepools(listing: Any) -> dict[str, Any]:
+    """Karpenter's NodePools (what it knows of the nodes it would add, for the
+    scale-from-zero check): ``nodepools`` None when the API is not served; when it cannot
+    be read (e.g. forbidden), None and why, and the audit goes on without them."""
+    from lightkube.generic_resource import create_global_resource
+
+    from webhook.base.kubeapi import KubeError, NotServed
+
+    kind = create_global_resource("karpenter.sh", "v1", "NodePool", "nodepools")
+    try:
+        return {"nodepools": await listing(kind)}
+    except NotServed:
+        return {"nodepools": None}
+    except KubeError as exc:
+        if exc.status == 403:
+            return {"nodepools": None, "nodepools_problem": "forbidden (list nodepools "
+                    "in karpenter.sh: docs/audit.md has the ClusterRole)"}
+        raise
 
 
 def render_table(report: Any, policy_source: str) -> str:
