@@ -483,7 +483,7 @@ def test_marked_nodes_are_listed_with_the_reshaped_pods_stuck_there() -> None:
     hot = found["Node/hot"]
     assert hot.action and hot.namespace is None
     assert hot.message == (
-        f"marked {PRESSURE} (label) by the pressure guard ({note}): new reshaped pods with "
+        f"marked {PRESSURE} (label) by the node agent ({note}): new reshaped pods with "
         "required placement are not placed there; 2 reshaped pod(s) already there keep "
         "stalling on swap-in (swapwise evicts nothing): move or resize those with the largest "
         "hot memory, or give the node more RAM; while the label is on, a restart of the "
@@ -509,7 +509,7 @@ def test_a_node_marked_with_the_taint_is_listed_with_what_the_taint_keeps_off() 
     found = pressure(report)
     assert sorted(found) == ["Node/hot"]
     message = found["Node/hot"].message
-    assert message.startswith(f"marked {PRESSURE} (taint) by the pressure guard (no annotation")
+    assert message.startswith(f"marked {PRESSURE} (taint) by the node agent (no annotation")
     assert ("no new pod that does not tolerate its NoSchedule taint is placed there; 1 "
             "reshaped pod(s) already there") in message
     assert "restart" not in message  # the kubelet ignores NoSchedule taints when it restarts

@@ -23,6 +23,7 @@ from webhook.analysis.provisioning import (
     swapwise_keys,
     unplaceable,
 )
+from webhook.base.kubeapi import KubeError, NotServed
 from webhook.cli.audit import _nodepools
 from webhook.engine import mutate_pod
 from webhook.policy import Policy, default_policy, parse_policy
@@ -267,15 +268,9 @@ def test_swap_a_noswap_kubelet_does_not_give_is_reported_once() -> None:
 # -- reading NodePools ------------------------------------------------------------------------
 
 
-class _Status:
-    def __init__(self, code: int) -> None:
-        self.code = code
-
-
-class _ApiError(Exception):
-    def __init__(self, code: int) -> None:
-        super().__init__(f"HTTP {code}")
-        self.status = _Status(code)
+def _refused(code: int) -> KubeError:
+    """What webhook/base/kubeapi.py's paged list raises for an HTTP status."""
+    return NotServed("not served", code) if code == 404 else KubeError(f"HTTP {code}", code)
 
 
 @pytest.mark.parametrize(("code", "expected"), [
@@ -285,14 +280,14 @@ class _ApiError(Exception):
 ])
 def test_nodepools_not_served_or_forbidden(code: int, expected: dict[str, Any]) -> None:
     async def listing(kind: Any) -> list[dict[str, Any]]:
-        raise _ApiError(code)
+        raise _refused(code)
 
-    assert asyncio.run(_nodepools(listing, _ApiError)) == expected
+    assert asyncio.run(_nodepools(listing)) == expected
 
 
 def test_nodepools_other_errors_are_not_swallowed() -> None:
     async def listing(kind: Any) -> list[dict[str, Any]]:
-        raise _ApiError(500)
+        raise _refused(500)
 
-    with pytest.raises(_ApiError):
-        asyncio.run(_nodepools(listing, _ApiError))
+    with pytest.raises(KubeError, match="HTTP 500"):
+        asyncio.run(_nodepools(listing))
