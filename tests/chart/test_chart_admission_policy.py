@@ -34,10 +34,11 @@ BEFORE_MODE = "e88458c05e5137f113284255a759afba7da9102e"
 # so the old templates still render what they did); the helpers: the policy file's profiles get
 # swapBacking "off" where no node agent writes the label backing needs (and the profile does
 # not decide); the node agents' PodMonitor, new with them (issue 42), and the dashboard and
-# rules over their metrics.
+# rules over their metrics; the audit's ClusterRole lists Karpenter's NodePools (issue 44).
 CHANGED_SINCE = ("files/dashboard.json", "files/prometheus-rules.yaml",
                  "templates/node-agent.yaml", "templates/_helpers.tpl", "values.yaml",
-                 "values.schema.json", "templates/podmonitor.yaml")
+                 "values.schema.json", "templates/podmonitor.yaml",
+                 "templates/audit-rbac.yaml")
 REMOVED_SINCE = ("templates/labeller.yaml",)
 SWAPWISE = str(Path(sys.executable).with_name("swapwise"))
 AP_KINDS = ["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding",

@@ -114,7 +114,7 @@ def agent_metrics() -> list[str]:
 
 def test_every_node_agent_metric_is_on_the_dashboard() -> None:
     names = agent_metrics()
-    assert len(names) == 12 and "swapwise_node_agent_patches_total" in names, names
+    assert len(names) == 13 and "swapwise_node_agent_patches_total" in names, names
     query_text = "\n".join(expr for _, expr in queries())
     missing = [name for name in names if not re.search(rf"\b{name}\b", query_text)]
     assert not missing, missing

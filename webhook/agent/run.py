@@ -225,7 +225,8 @@ class Agent:
             resource: MarkState(options.thresholds[resource]) for resource in marked}
         self.wants: dict[Mark, MarkWant | None] = {
             mark: None if mark.resource in marked else
-            MarkWant(False, f"cleared: {mark.resource} pressure marks off")
+            MarkWant(False, f"cleared: {'' if not options.pressure else mark.resource + ' '}"
+                     "pressure marks off")
             for mark in MARKS}
         self.triggers: dict[Resource, PsiTrigger] = {}
         self.swap: SwapFacts | None = None
