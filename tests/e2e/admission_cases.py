@@ -158,6 +158,10 @@ def probe_pod(profile: Profile) -> dict[str, Any]:
 
 
 def policy_document(named: dict[str, Profile]) -> dict[str, Any]:
-    """The policy file serving the cases' profiles (webhook and rendered policies alike)."""
-    return {"apiVersion": "swapwise.io/v1alpha1", "kind": "SwapPolicy",
-            "profiles": {name: profile_fields(p) for name, p in named.items()}}
+    """The policy file serving the cases' profiles (webhook and rendered policies alike), its
+    keys sorted as the YAML the webhook reads and the golden recording's header store them: a
+    nodeSelector's order is its expressions' order, so every reader must see one order."""
+    document = {"apiVersion": "swapwise.io/v1alpha1", "kind": "SwapPolicy",
+                "profiles": {name: profile_fields(p) for name, p in named.items()}}
+    result: dict[str, Any] = json.loads(json.dumps(document, sort_keys=True))
+    return result

@@ -110,11 +110,15 @@ def test_helm_install_in_admission_policy_mode_reshapes_pods_without_a_server(
     helm(policy_cluster, "install", RELEASE, str(CHART), "--namespace", NAMESPACE,
          "--create-namespace", "-f", str(values))
 
-    # Only the policies: no webhook configuration, no server Deployment, no Service.
+    # Only the policies: no webhook configuration, no server Deployment, no Service; and the
+    # node agent's own (it runs in both modes: placement needs its labels), which confines it
+    # to its node.
     assert installed_names(policy_cluster) == [
         "MutatingAdmissionPolicy/swapwise-sandbox",
         "MutatingAdmissionPolicyBinding/swapwise-sandbox",
+        "ValidatingAdmissionPolicy/swapwise-node-agent",
         "ValidatingAdmissionPolicy/swapwise-sandbox-warn",
+        "ValidatingAdmissionPolicyBinding/swapwise-node-agent",
         "ValidatingAdmissionPolicyBinding/swapwise-sandbox-warn",
     ]
     assert policy_cluster.get_json("mutatingwebhookconfigurations")["items"] == []

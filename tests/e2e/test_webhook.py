@@ -285,7 +285,7 @@ def test_existing_node_affinity_gets_the_swap_expression_in_every_term(
     control_plane.apply(json.dumps(p))
     got = stored(control_plane, "affine", "sandboxes")
     for term in got["spec"]["affinity"]["nodeAffinity"][REQUIRED]["nodeSelectorTerms"]:
-        assert term["matchExpressions"][-3:] == [SWAP_EXPR, *NO_MARKS, backed(1999)]
+        assert term["matchExpressions"][-4:] == [SWAP_EXPR, *NO_MARKS, backed(1999)]
     # The plain node is still named by the first term, but can no longer be chosen.
     assert bound_node(control_plane, "affine", "sandboxes") in standard_nodes["swap"]
 
