@@ -54,8 +54,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.smoke, pytest.mark.line(LINE)]
 
 def _serve_both(cp: ControlPlane, workdir: Path, named: dict[str, Profile]) -> Swapwise:
     """The webhook for namespaces labelled path=webhook, the policies for path=policy."""
+    document = policy_document(named)  # one document, one key order, for both paths
     policy_file = workdir / "policy.yaml"
-    policy_file.write_text(yaml.safe_dump(policy_document(named)))
+    policy_file.write_text(yaml.safe_dump(document))
     server = Swapwise(workdir / "swapwise", policy=policy_file)
     server.start()
     config = webhook_configuration(server.url_base, server.ca_bundle, sorted(named),
@@ -64,7 +65,7 @@ def _serve_both(cp: ControlPlane, workdir: Path, named: dict[str, Profile]) -> S
         hook["namespaceSelector"]["matchExpressions"].append(
             {"key": PATH_LABEL, "operator": "In", "values": ["webhook"]})
     cp.apply(json.dumps(config))
-    objects = render_admission_policies(Policy(profiles=named), API_VERSION,
+    objects = render_admission_policies(build_policy(document), API_VERSION,
                                         failure_policy="Fail")
     for obj in objects:
         if obj["kind"].endswith("Binding"):
