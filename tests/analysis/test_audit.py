@@ -254,7 +254,7 @@ def test_cli_says_a_crash_on_cluster_data_is_a_bug_with_exit_2(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """Whatever slips past the checks below is a clear error with its own exit status, not
     a traceback with status 1 (which means "needs action")."""
-    from webhook.cli import audit as audit_cli
+    from webhook.cli import audit_cmd as audit_cli
 
     async def fetch(kubeconfig: str | None) -> Cluster:
         return Cluster(namespaces=[ns("team")])

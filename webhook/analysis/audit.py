@@ -1,6 +1,6 @@
 """``swapwise audit``'s decisions: fetched cluster objects in, findings out.
 
-Pure (no I/O, no clock): :func:`audit` takes the objects :mod:`webhook.cli.audit` listed
+Pure (no I/O, no clock): :func:`audit` takes the objects :mod:`webhook.cli.audit_cmd` listed
 through the API server as plain dicts, plus the policy, and returns :class:`Finding`\\ s.
 Whether a pod is "in shape" is decided by the same :func:`~webhook.engine.reshape`
 the webhook runs: a running pod the engine would still patch is not.
