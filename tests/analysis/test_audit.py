@@ -17,9 +17,10 @@ import pytest
 
 from testkit import fake_upstream as fake
 from tests.cli.test_cli import swapwise
-from webhook.analysis.audit import Cluster, Finding, audit, label_permille, original_pod
+from webhook.analysis.audit import Cluster, Finding, audit, label_permille
 from webhook.cli import build_parser
 from webhook.engine import mutate_pod
+from webhook.engine.annotations import original_pod
 from webhook.policy import build_policy, default_policy, parse_policy
 
 GI, MI = 1024**3, 1024**2
