@@ -30,12 +30,12 @@ run: venv
 ## 1.34 with Helm 3 (the real node's line; the admission policies on v1beta1 included); the
 ## chart with Helm 4 (its tests and its e2e installs); the server tests on the oldest uvicorn;
 ## the real-node scenarios (a kubelet with swap in a QEMU guest). The 1.37 line is not built
-## here (8-14 minutes of a cold run): make e2e-smoke-1.37 or e2e-1.37, when README "Supported
-## versions" says. Downloads, the real node's parts and the test stages that leave a core
-## idle run in the background: the unit tests need only helm and promtool (built first), so
-## they run beside the Go builds of the control plane; compat and helm4 beside e2e, which
-## mostly waits on its control plane; nothing runs beside the real node, whose emulated guest
-## takes both cores (README "How long it takes").
+## here (what it costs: docs/development.md "CI budget"): make e2e-smoke-1.37 or e2e-1.37,
+## when README "Supported versions" says. Downloads, the real node's parts and the test
+## stages that leave a core idle run in the background: the unit tests need only helm and
+## promtool (built first), so they run beside the Go builds of the control plane; compat and
+## helm4 beside e2e, which mostly waits on its control plane; nothing runs beside the real
+## node, whose emulated guest takes both cores (docs/development.md "What make test runs").
 test: venv
 	@hack/stage --begin
 	@hack/stage lint $(MAKE) --no-print-directory lint
@@ -111,7 +111,7 @@ e2e: venv control-plane-$(E2E_LINE) prometheus vpa karpenter
 	$(BIN)/pytest --durations=15 -m e2e tests/e2e
 
 ## The whole e2e suite on the Kubernetes 1.37 line with Helm 4 (its control plane built
-## first, 8-14 minutes cold; README "Supported versions" says when to run it).
+## first: docs/development.md "CI budget"; README "Supported versions" says when to run it).
 e2e-1.37: venv control-plane-1.37 prometheus vpa karpenter
 	SWAPWISE_K8S_VERSION=1.37 SWAPWISE_HELM=4 $(BIN)/pytest -m e2e tests/e2e
 
@@ -213,7 +213,7 @@ node-bench: venv control-plane-1.34 prometheus kube-state-metrics
 
 ## A local control plane + swapwise installed by Helm + a dry-run preview of an example pod.
 ## It needs the line it runs on (SWAPWISE_K8S_VERSION, 1.34 by default), not both: e2e's
-## test_docs runs it, and a cold make test built the whole 1.37 line there (8-14 minutes).
+## test_docs runs it, and a cold make test built the whole 1.37 line there.
 demo: venv control-plane-$(E2E_LINE)
 	$(BIN)/python -m tests.e2e.demo
 

@@ -52,8 +52,8 @@ from typing import Any
 
 from benchmarks.common import machine, report
 from tests.e2e.cluster import ControlPlane, bin_dir, ensure_binaries, free_port
-from webhook.agent.kubeapi import ApiConfig, NodeApi
-from webhook.agent.metrics import AgentMetrics
+from webhook.agent.agent_metrics import AgentMetrics
+from webhook.agent.nodeapi import ApiConfig, NodeApi
 from webhook.agent.run import AgentOptions, NodeWatcher
 
 REPO = Path(__file__).resolve().parents[1]

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-DOCS = ("README.md", "charts/swapwise/README.md", "docs/guide.md", "certs/README.md")
+DOCS = ("README.md", "charts/swapwise/README.md", "docs/guide.md", "certs/README.md",
+        "docs/development.md")
 REGISTRY = "registry.example"  # stands for the user's REGISTRY
 
 
@@ -142,7 +143,7 @@ class Rule:
 RULES = (
     Rule(r"make run", LOCAL),
     Rule(r"make test", NEVER, "it is the suite this test belongs to"),
-    Rule(r"make (unit|lint|e2e)", NEVER, "parts of the suite this test belongs to"),
+    Rule(r"make (quick|unit|lint|e2e)", NEVER, "parts of the suite this test belongs to"),
     Rule(r"make help", NEVER, "prints the Makefile's documented targets (tests/docs/test_docs.py)"),
     Rule(r"curl -s --cacert certs/ca\.crt https://localhost:8443/\S+ -d .*", LOCAL),
     Rule(r"\.venv/bin/swapwise (preview|plan|policy check|certs|render admission-policy) .*",

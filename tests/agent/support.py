@@ -30,7 +30,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from webhook import certs
-from webhook.agent.kubeapi import ApiConfig
+from webhook.agent.nodeapi import ApiConfig
 
 KIB = 1024
 GIB = 1 << 30

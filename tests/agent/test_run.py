@@ -43,9 +43,9 @@ from tests.agent.support import (
     serving,
     wait_until,
 )
+from webhook.agent.agent_metrics import AgentMetrics
 from webhook.agent.kernel import HostPaths
-from webhook.agent.kubeapi import NodeApi
-from webhook.agent.metrics import AgentMetrics
+from webhook.agent.nodeapi import NodeApi
 from webhook.agent.run import Agent, AgentOptions, NodeWatcher, backoff
 from webhook.engine.backing import PERMILLE_LABEL
 from webhook.engine.nodes import BEHAVIOR_LABEL, KIND_LABEL, SWAP_NODE_LABEL

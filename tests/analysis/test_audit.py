@@ -17,9 +17,10 @@ import pytest
 
 from testkit import fake_upstream as fake
 from tests.cli.test_cli import swapwise
-from webhook.analysis.audit import Cluster, Finding, audit, label_permille, original_pod
+from webhook.analysis.audit import Cluster, Finding, audit, label_permille
 from webhook.cli import build_parser
 from webhook.engine import mutate_pod
+from webhook.engine.annotations import original_pod
 from webhook.policy import build_policy, default_policy, parse_policy
 
 GI, MI = 1024**3, 1024**2
@@ -254,7 +255,7 @@ def test_cli_says_a_crash_on_cluster_data_is_a_bug_with_exit_2(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """Whatever slips past the checks below is a clear error with its own exit status, not
     a traceback with status 1 (which means "needs action")."""
-    from webhook.cli import audit as audit_cli
+    from webhook.cli import audit_cmd as audit_cli
 
     async def fetch(kubeconfig: str | None) -> Cluster:
         return Cluster(namespaces=[ns("team")])

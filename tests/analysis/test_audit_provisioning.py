@@ -24,7 +24,7 @@ from webhook.analysis.provisioning import (
     unplaceable,
 )
 from webhook.base.kubeapi import KubeError, NotServed
-from webhook.cli.audit import _nodepools
+from webhook.cli.audit_cmd import _nodepools
 from webhook.engine import mutate_pod
 from webhook.policy import Policy, default_policy, parse_policy
 from webhook.profile import SWAP_LABEL

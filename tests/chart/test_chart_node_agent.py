@@ -18,7 +18,7 @@ import pytest
 import yaml
 from chartlib import CHART, NAMESPACE, Chart, Obj, all_of, kinds, one
 
-from webhook.agent.pressure import CPU_DEFAULTS, MEMORY_DEFAULTS, Thresholds
+from webhook.agent.stall import CPU_DEFAULTS, MEMORY_DEFAULTS, Thresholds
 from webhook.cli import build_parser
 from webhook.engine.pressure import MARKS
 
@@ -49,7 +49,7 @@ def parsed(objs: list[Obj]) -> argparse.Namespace:
     """The container's command line as `swapwise node-agent` reads it."""
     c = agent_container(objs)
     assert c["command"] == ["swapwise", "node-agent"]
-    return build_parser("node_agent").parse_args(["node-agent", *c["args"]])
+    return build_parser("node-agent").parse_args(["node-agent", *c["args"]])
 
 
 def rules(objs: list[Obj]) -> list[Obj]:
@@ -89,7 +89,7 @@ def test_default_arguments_are_the_agents_own_defaults(chart: Chart) -> None:
     """values.yaml spells the agent's defaults out (users see them in `helm show values`);
     they must be the ones webhook/agent writes, or the chart would quietly differ."""
     args = parsed(chart.render())
-    defaults = build_parser("node_agent").parse_args(["node-agent"])
+    defaults = build_parser("node-agent").parse_args(["node-agent"])
     for field in ("swap_behavior_source", "zram_backing", "pressure_marks", "memory_marks",
                   "cpu_marks", "mark_with",
                   "memory_mark_above", "memory_clear_below", "cpu_mark_above",

@@ -8,6 +8,7 @@ import socket
 import ssl
 import stat
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -708,3 +709,33 @@ def test_help_lists_every_command() -> None:
     assert out.returncode == 0
     for command in ("serve", "preview", "policy", "certs"):
         assert command in out.stdout
+
+
+def test_each_command_is_registered_by_the_module_named_for_it() -> None:
+    """webhook/cli/<command>_cmd.py registers <command> and nothing else; every module of
+    webhook/cli/ but common.py is a command's."""
+    import argparse
+    from importlib import import_module
+
+    from webhook.cli import COMMANDS, command_module
+
+    for command in COMMANDS:
+        parser = argparse.ArgumentParser()
+        subcommands = parser.add_subparsers()
+        import_module(command_module(command)).register(subcommands)
+        assert list(subcommands.choices) == [command]
+    modules = {p.stem for p in (ROOT / "webhook" / "cli").glob("*.py")}
+    assert modules - {"__init__", "common"} == {command_module(c).rsplit(".", 1)[1]
+                                                for c in COMMANDS}
+
+
+def test_node_agent_imports_its_own_module_only() -> None:
+    """The agent runs on every node: `swapwise node-agent` must not import the other
+    commands' modules, nor the policy model and pydantic they bring."""
+    code = ("import sys\nfrom webhook.cli import main\n"
+            "try:\n    main(['node-agent', '--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('webhook.cli.', 'pydantic', "
+            "'webhook.policy'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True, cwd=ROOT)
+    assert out.stdout.splitlines()[-1] == "['webhook.cli.node_agent_cmd']", out.stdout

@@ -49,7 +49,7 @@ from tests.e2e.agent import AgentProcess, FakeHost
 from tests.e2e.cluster import Component, ControlPlane, Swapwise, free_port, wait_for
 from tests.monitoring.prom import DASHBOARD, RULES, Prometheus, queries
 from tests.node.kubelet_prometheus import ksm_binary
-from webhook.agent.pressure import CPU_DEFAULTS, MEMORY_DEFAULTS
+from webhook.agent.stall import CPU_DEFAULTS, MEMORY_DEFAULTS
 from webhook.engine.nodes import BEHAVIOR_LABEL, KIND_LABEL, SWAP_NODE_LABEL
 from webhook.engine.pod import PROFILE_ANNOTATION
 from webhook.engine.pressure import CPU_MARK, MEMORY_MARK

@@ -33,7 +33,7 @@ from tests.chart.chartlib import Chart, server_side_dry_run
 from tests.e2e.cluster import K8S_VERSION, ControlPlane, wait_for
 from webhook.agent.decide import Behavior, MarkWant, desired_change, judge
 from webhook.agent.kernel import SwapDevice, SwapFacts
-from webhook.agent.kubeapi import ApiConfig, ApiError, NodeApi
+from webhook.agent.nodeapi import ApiConfig, ApiError, NodeApi
 from webhook.engine.pressure import MARKS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.smoke]

@@ -3,14 +3,17 @@ escaping (engine/annotations.py)."""
 
 from __future__ import annotations
 
+import copy
 import json
 
+import jsonpatch
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from testkit.engine_check import apply
-from testkit.engine_tables import DEFAULT
-from testkit.pods import guaranteed, pod
+from testkit.engine_tables import DEFAULT, memory, profile
+from testkit.pods import container, guaranteed, pod
 from webhook.engine import mutate_pod
 from webhook.engine.annotations import (
     ORIGINAL_ANNOTATION,
@@ -18,6 +21,7 @@ from webhook.engine.annotations import (
     RECORDED_PARTS,
     RECORDED_REQUEST,
     _compact_json,
+    original_pod,
 )
 
 
@@ -101,3 +105,34 @@ def test_the_rendered_policies_read_the_annotation_the_engine_writes() -> None:
         assert parts[RECORDED_LIMIT] == entry["limit"]
     written = mutate_pod(pod(guaranteed("3Gi")), DEFAULT).patch[-1]["value"][ORIGINAL_ANNOTATION]
     assert _read_as_the_cel_does(written, "app")[RECORDED_LIMIT] == "3Gi"
+
+
+def test_original_pod_reads_the_annotation_backwards() -> None:
+    """original_pod: the reshaped pod with each changed container's memory as it came, a
+    limit that defaultLimit added taken away, and everything else as it is."""
+    before = pod(guaranteed(), container("bare", cpu="100m"), container("set", request="1Gi",
+                                                                      limit="2Gi"))
+    given_limit = profile(defaultLimit="1Gi")
+    after = jsonpatch.apply_patch(before, mutate_pod(before, given_limit).patch)
+    assert memory(after) == {"request": "683Mi", "limit": "2Gi"}
+    assert memory(after, 1) == {"request": "342Mi", "limit": "1Gi"}
+    kept = copy.deepcopy(after)
+    restored = original_pod(after)
+    assert after == kept  # a copy: the pod given is not changed
+    assert restored is not None
+    assert [memory(restored, i) for i in range(3)] == [
+        {"request": "2Gi", "limit": "2Gi"}, {"request": None, "limit": None},
+        {"request": "1Gi", "limit": "2Gi"}]
+    assert restored["metadata"] == after["metadata"]
+    assert restored["spec"]["affinity"] == after["spec"]["affinity"]
+
+
+@pytest.mark.parametrize("annotation", [
+    None, "{}", "not json", '{"app": {"request": 5}}', '{"app": "2Gi"}', 7])
+def test_original_pod_without_a_readable_record_is_none(annotation: object) -> None:
+    p = pod(container(request="683Mi", limit="2Gi"))
+    if annotation is not None:
+        p["metadata"]["annotations"] = {ORIGINAL_ANNOTATION: annotation}
+    assert original_pod(p) is None
+    assert original_pod({"spec": {"containers": "not a list"},
+                         "metadata": {"annotations": {ORIGINAL_ANNOTATION: "{}"}}}) is None

@@ -19,8 +19,8 @@ import pytest
 import webhook.engine.reshaping as reshaping
 from testkit.pods import container, guaranteed, pod
 from webhook.analysis.planner import Node
-from webhook.cli.plan import plan
-from webhook.cli.preview import preview
+from webhook.cli.plan_cmd import plan
+from webhook.cli.preview_cmd import preview
 from webhook.engine import Mutation, reshape
 from webhook.policy import default_policy, parse_policy
 from webhook.profile import Placement, Profile

@@ -6,6 +6,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from testkit.engine_check import apply
 from testkit.engine_tables import (
@@ -19,7 +21,9 @@ from testkit.engine_tables import (
     terms,
 )
 from testkit.pods import container, guaranteed, pod
+from webhook.base.quantity import MI
 from webhook.engine import mutate_pod
+from webhook.engine.resources import effective_max_ratio, raised_limit, target
 
 
 @pytest.mark.parametrize(
@@ -152,3 +156,21 @@ def test_multi_container_changes_only_guaranteed_ones_with_one_warning_each() ->
     assert terms(result) == [{"matchExpressions": [SWAP_EXPR, *NO_MARKS, backed(2000)]}]
     assert json.loads(result["metadata"]["annotations"]["swapwise.io/original"]) == {
         "a": {"request": "1Gi", "limit": "1Gi"}, "c": {"request": "3Gi", "limit": "3Gi"}}
+
+
+@settings(max_examples=200, deadline=None)
+@given(limit=st.integers(1, 64 * 1024).map(lambda mi: mi * MI),
+       ratio=st.sampled_from(["0.1", "0.25", "0.33", "0.5", "0.9"]),
+       cap=st.sampled_from([None, "1.5", "2", "4", "8", "100"]))
+def test_no_reshaped_container_exceeds_the_effective_max_ratio(limit: int, ratio: str,
+                                                                cap: str | None) -> None:
+    """effective_max_ratio bounds limit/request of what target and raised_limit write (what
+    audit compares with a LimitRange's maxLimitRequestRatio)."""
+    fields: dict[str, Any] = {"requestRatio": float(ratio), "minRequest": "1Mi"}
+    if cap is not None:
+        fields["maxLimitRequestRatio"] = float(cap)
+    p = profile(**fields)
+    bound = effective_max_ratio(p)
+    assert limit <= bound * target(limit, p)
+    raised = raised_limit(limit, p)
+    assert raised <= bound * limit

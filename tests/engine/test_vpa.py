@@ -19,8 +19,8 @@ from testkit.engine_tables import backing_warning, profile
 from testkit.pods import container, guaranteed, pod
 from webhook.analysis.planner import Node
 from webhook.analysis.vpa_manifests import as_admitted, without_admission_marks
-from webhook.cli.plan import plan
-from webhook.cli.preview import preview
+from webhook.cli.plan_cmd import plan
+from webhook.cli.preview_cmd import preview
 from webhook.engine import mutate_pod
 from webhook.engine.pod import PodView
 from webhook.engine.resources import raised_limit

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.monitoring.prom import DASHBOARD, RULES, ensure, panels, queries
-from webhook.agent.metrics import AgentMetrics
+from webhook.agent.agent_metrics import AgentMetrics
 
 HERE = Path(__file__).resolve().parent
 

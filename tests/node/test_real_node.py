@@ -62,7 +62,7 @@ from tests.node.scenarios import (
     unschedulable_message,
 )
 from tests.node.wakeup import wait_idle_in_swap, wake_round
-from webhook.agent.pressure import MEMORY_DEFAULTS, Thresholds
+from webhook.agent.stall import MEMORY_DEFAULTS, Thresholds
 from webhook.base.quantity import parse_bytes
 from webhook.engine.backing import PERMILLE_LABEL, container_need, node_permille
 from webhook.engine.nodes import FACTS_ANNOTATION, KIND_LABEL, NodeFacts

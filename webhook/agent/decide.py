@@ -157,65 +157,106 @@ def _taint_body(node: Mapping[str, Any], managed: set[str], wanted: set[str]
     return others + [m.taint for m in MARKS if m.key in wanted]
 
 
+def _label(labels: Mapping[str, str], key: str, value: str | None) -> dict[str, str | None]:
+    """The merge-patch entry that makes label ``key`` be ``value`` (None: absent); empty
+    when it already is."""
+    if value is None:
+        return {key: None} if key in labels else {}
+    return {} if labels.get(key) == value else {key: value}
+
+
+def swap_kind(facts: NodeFacts) -> str | None:
+    """The ``swapwise.io/swap-kind`` value: ``disk``, ``zram`` or ``mixed``; None without
+    swap."""
+    return ("mixed" if facts.disk_bytes and facts.zram_bytes else
+            "zram" if facts.zram_bytes else "disk" if facts.disk_bytes else None)
+
+
+def swap_labels(node: Mapping[str, Any], verdict: Verdict) -> dict[str, str | None]:
+    """The swap-node, per-mille and swap-kind labels that make ``node`` say ``verdict``
+    (only those that differ); none while the verdict is unknown."""
+    facts = verdict.facts
+    if verdict.swap is None or facts is None:
+        return {}
+    labels = node_labels(node)
+    permille = str(facts.permille) if verdict.swap and facts.permille is not None else None
+    return {**_label(labels, SWAP_NODE_LABEL, "true" if verdict.swap else None),
+            **_label(labels, PERMILLE_LABEL, permille),
+            **_label(labels, KIND_LABEL, swap_kind(facts))}
+
+
+def swap_annotations(node: Mapping[str, Any], verdict: Verdict) -> dict[str, str]:
+    """Why the node is or is not a swap node, and its figures as JSON, where they differ
+    from what ``node`` says; none while the verdict is unknown."""
+    if verdict.swap is None or verdict.facts is None:
+        return {}
+    now = node_annotations(node)
+    wanted = {SWAP_NODE_ANNOTATION: verdict.message, FACTS_ANNOTATION: verdict.facts.to_json()}
+    return {key: text for key, text in wanted.items() if now.get(key) != text}
+
+
+@dataclass(frozen=True)
+class MarkChange:
+    """What one wanted pressure mark changes: its label, its annotation and the log's
+    word, and whether it is wanted as a taint (the taints are one list: see
+    :func:`_taint_body`)."""
+
+    labels: dict[str, str | None]
+    annotations: dict[str, str]
+    summary: dict[str, str]
+    taint: bool
+
+
+def mark_change(node: Mapping[str, Any], mark: Mark, want: MarkWant, form: MarkForm
+                ) -> MarkChange:
+    """The node carries ``mark`` in ``form`` only, or not at all; its annotation is
+    written only when the mark comes or goes, so it keeps saying why the last change was
+    made."""
+    label = _label(node_labels(node), mark.key,
+                   PRESSURE_VALUE if want.marked and form == "label" else None)
+    if want.marked == bool(mark.forms(node)):
+        return MarkChange(label, {}, {}, want.marked and form == "taint")
+    return MarkChange(label, {mark.key: want.message},
+                      {mark.resource: "marked" if want.marked else "cleared"},
+                      want.marked and form == "taint")
+
+
 def desired_change(node: Mapping[str, Any], verdict: Verdict,
                    marks: Mapping[Mark, MarkWant | None], form: MarkForm = "label"
                    ) -> NodeChange | None:
     """The merge patch that makes ``node`` say ``verdict`` and carry ``marks``; None when
     nothing must change.
 
-    An unknown verdict leaves the swap labels and facts alone. A mark wanted None is left
-    as it is; else the node carries it in ``form`` only (the other form and other values
-    go), and its annotation is written only when the mark comes or goes, so it keeps
-    saying why the last change was made.
+    An unknown verdict leaves the swap labels and facts alone (:func:`swap_labels`,
+    :func:`swap_annotations`). A mark wanted None is left as it is; else
+    :func:`mark_change` decides it.
     """
     name = node_name(node)
     if not name:
         return None
-    labels = node_labels(node)
-    annotations_now = node_annotations(node)
-    changed: dict[str, str | None] = {}  # merge patch: null deletes
-    annotations: dict[str, str] = {}
-    summary: dict[str, Any] = {}
-
-    def want_label(key: str, value: str | None) -> None:
-        if value is None and key in labels:
-            changed[key] = None
-        elif value is not None and labels.get(key) != value:
-            changed[key] = value
-
-    if verdict.swap is not None and verdict.facts is not None:
-        facts = verdict.facts
-        want_label(SWAP_NODE_LABEL, "true" if verdict.swap else None)
-        want_label(PERMILLE_LABEL, str(facts.permille) if verdict.swap and
-                   facts.permille is not None else None)
-        kind = ("mixed" if facts.disk_bytes and facts.zram_bytes else
-                "zram" if facts.zram_bytes else "disk" if facts.disk_bytes else None)
-        want_label(KIND_LABEL, kind)
-        if annotations_now.get(SWAP_NODE_ANNOTATION) != verdict.message:
-            annotations[SWAP_NODE_ANNOTATION] = verdict.message
-        text = facts.to_json()
-        if annotations_now.get(FACTS_ANNOTATION) != text:
-            annotations[FACTS_ANNOTATION] = text
-        if changed:
-            summary["swap"] = verdict.message
-    managed: set[str] = set()  # marks wanted one way or the other; the rest are left
+    labels = swap_labels(node, verdict)  # merge patch: null deletes
+    annotations = swap_annotations(node, verdict)
+    summary: dict[str, Any] = {"swap": verdict.message} if labels else {}
+    wanted = {mark: want for mark in MARKS if (want := marks.get(mark)) is not None}
     taint_keys: set[str] = set()
-    for mark in MARKS:
-        want = marks.get(mark)
-        if want is None:
-            continue
-        managed.add(mark.key)
-        carried = mark.forms(node)
-        want_label(mark.key, PRESSURE_VALUE if want.marked and form == "label" else None)
-        if want.marked and form == "taint":
+    for mark, want in wanted.items():
+        change = mark_change(node, mark, want, form)
+        labels.update(change.labels)
+        annotations.update(change.annotations)
+        summary.update(change.summary)
+        if change.taint:
             taint_keys.add(mark.key)
-        if want.marked != bool(carried):
-            annotations[mark.key] = want.message
-            summary[mark.resource] = "marked" if want.marked else "cleared"
-    taints = _taint_body(node, managed, taint_keys) if managed else None
+    taints = _taint_body(node, {m.key for m in wanted}, taint_keys) if wanted else None
+    return _node_change(node, name, labels, annotations, taints, summary)
+
+
+def _node_change(node: Mapping[str, Any], name: str, labels: dict[str, str | None],
+                 annotations: dict[str, str], taints: list[Any] | None,
+                 summary: dict[str, Any]) -> NodeChange | None:
+    """The decisions as one merge patch; None when none changes anything."""
     metadata: dict[str, Any] = {}
-    if changed:
-        metadata["labels"] = changed
+    if labels:
+        metadata["labels"] = labels
     if annotations:
         metadata["annotations"] = annotations
     if not metadata and taints is None:
@@ -229,6 +270,6 @@ def desired_change(node: Mapping[str, Any], verdict: Verdict,
         version = as_mapping(node.get("metadata")).get("resourceVersion")
         if isinstance(version, str) and version:
             metadata["resourceVersion"] = version
-    summary["keys"] = sorted([*changed, *annotations] + (["spec.taints"] if taints is not None
-                                                          else []))
+    summary["keys"] = sorted([*labels, *annotations] + (["spec.taints"] if taints is not None
+                                                         else []))
     return NodeChange(name, body, summary)

@@ -14,7 +14,7 @@ import ssl
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from webhook.agent.kubeapi import ApiError, BoundedConnection, Limit, read_body, status_message
+from webhook.agent.nodeapi import ApiError, BoundedConnection, Limit, read_body, status_message
 from webhook.base.upstream import Deadline
 
 CONFIGZ_MAX_BYTES = 1 << 20  # a kubelet configuration is a few KiB

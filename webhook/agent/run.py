@@ -28,6 +28,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from webhook.agent.agent_metrics import AgentMetrics
 from webhook.agent.decide import Behavior, MarkWant, Source, Verdict, desired_change, judge
 from webhook.agent.kernel import (
     HostPaths,
@@ -39,10 +40,9 @@ from webhook.agent.kernel import (
     read_swap,
     wait_for_triggers,
 )
-from webhook.agent.kubeapi import ApiError, NodeApi
 from webhook.agent.kubelet import ConfigzError, Kubelet
-from webhook.agent.metrics import AgentMetrics
-from webhook.agent.pressure import CPU_DEFAULTS, MEMORY_DEFAULTS, MarkState, Thresholds
+from webhook.agent.nodeapi import ApiError, NodeApi
+from webhook.agent.stall import CPU_DEFAULTS, MEMORY_DEFAULTS, MarkState, Thresholds
 from webhook.base.logs import get_logger
 from webhook.base.upstream import Backoff
 from webhook.engine.nodes import as_mapping, declared_behavior

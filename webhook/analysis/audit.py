@@ -1,6 +1,6 @@
 """``swapwise audit``'s decisions: fetched cluster objects in, findings out.
 
-Pure (no I/O, no clock): :func:`audit` takes the objects :mod:`webhook.cli.audit` listed
+Pure (no I/O, no clock): :func:`audit` takes the objects :mod:`webhook.cli.audit_cmd` listed
 through the API server as plain dicts, plus the policy, and returns :class:`Finding`\\ s.
 Whether a pod is "in shape" is decided by the same :func:`~webhook.engine.reshape`
 the webhook runs: a running pod the engine would still patch is not.
@@ -38,7 +38,6 @@ Checks (``Finding.check``):
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -68,6 +67,7 @@ from webhook.engine import backing, reshape
 from webhook.engine.annotations import (
     ORIGINAL_ANNOTATION,
     PROFILE_ANNOTATION,
+    original_pod,
     recorded_originals,
 )
 from webhook.engine.nodes import (
@@ -80,6 +80,7 @@ from webhook.engine.nodes import (
 )
 from webhook.engine.pod import MalformedPod, PodView
 from webhook.engine.pressure import MARKS, Mark, marked
+from webhook.engine.resources import effective_max_ratio
 from webhook.engine.selection import ALWAYS_EXCLUDED_NAMESPACES, NAMESPACE_LABEL
 from webhook.policy import Policy
 from webhook.profile import SWAP_LABEL, Profile
@@ -238,46 +239,6 @@ def active(pod: dict[str, Any]) -> bool:
     status = pod.get("status")
     phase = status.get("phase") if isinstance(status, dict) else None
     return phase not in ("Succeeded", "Failed") and _meta(pod, "deletionTimestamp") is None
-
-
-def _recorded(pod: dict[str, Any]) -> dict[str, Any] | None:
-    """The containers ``swapwise.io/original`` records, read by the engine's validating
-    reader (empty without the annotation: swapwise changed no container); None when
-    anything in it is unreadable: junk is never traced back."""
-    if _annotations(pod).get(ORIGINAL_ANNOTATION) is None:
-        return {}
-    try:
-        recorded, junk = recorded_originals(PodView.parse(pod))
-    except MalformedPod:
-        return None
-    return None if junk else recorded
-
-
-def original_pod(pod: dict[str, Any]) -> dict[str, Any] | None:
-    """The pod with the memory requests swapwise recorded in ``swapwise.io/original``
-    put back (what it looked like before reshaping); None without a readable record."""
-    recorded = _recorded(pod)
-    if not recorded:
-        return None
-    before = copy.deepcopy(pod)
-    spec = _dict(before.get("spec"))
-    for group in ("initContainers", "containers"):
-        for container in spec.get(group) or []:  # the pod parsed: containers are objects
-            original = recorded.get(container["name"])
-            if original is None:
-                continue
-            if not isinstance(container.get("resources"), dict):  # absent or null
-                container["resources"] = {}
-            resources = container["resources"]
-            for key, section in (("request", "requests"), ("limit", "limits")):
-                current = resources.get(section)
-                if key in original:
-                    if not isinstance(current, dict):
-                        current = resources[section] = {}
-                    current["memory"] = original[key]
-                elif isinstance(current, dict):  # a limit added by defaultLimit; a request
-                    current.pop("memory", None)  # that was not written
-    return before
 
 
 def _uses_swap(pod: dict[str, Any]) -> bool:
@@ -692,13 +653,6 @@ def _vpas(
             action=acts, owner=f"{kind}/{name}", details={"updateMode": mode},
         ))
     return findings
-
-
-def effective_max_ratio(profile: Profile) -> Fraction:
-    """The largest memory limit/request a container reshaped by ``profile`` can have."""
-    ratio = 1 / profile.request_ratio
-    cap = profile.max_limit_request_ratio
-    return min(ratio, cap) if cap is not None else ratio
 
 
 def _limitranges(

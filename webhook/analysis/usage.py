@@ -4,7 +4,7 @@ Pure (no I/O): :func:`queries` says what to ask Prometheus' ``/api/v1/query`` ov
 :func:`vector` keeps the well-formed part of an answer (each query's ``data.result``),
 :func:`read` turns the answers into one :class:`ContainerUsage` per container of a reshaped
 pod (and counts the ones it leaves out, with why), and :func:`missing_metrics` says which
-source is not scraped when an answer is empty. :mod:`webhook.cli.tune` sends them.
+source is not scraped when an answer is empty. :mod:`webhook.cli.tune_cmd` sends them.
 
 Two sources, both what clusters already scrape (kube-prometheus-stack does by default):
 

@@ -7,12 +7,13 @@ warning, and the pod is reshaped as if it were absent.
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
 import orjson
 
-from webhook.engine.pod import ORIGINAL_ANNOTATION, PROFILE_ANNOTATION, PodView
+from webhook.engine.pod import ORIGINAL_ANNOTATION, PROFILE_ANNOTATION, MalformedPod, PodView
 from webhook.engine.pointer import PatchOp, add, set_member
 from webhook.engine.resources import ContainerChange
 from webhook.engine.warnings import warning
@@ -20,7 +21,7 @@ from webhook.engine.warnings import warning
 __all__ = [
     "ORIGINAL_ANNOTATION", "PROFILE_ANNOTATION", "RECORDED_LIMIT", "RECORDED_PARTS",
     "RECORDED_REQUEST", "annotation_ops", "cel_entry", "cel_has_entry", "cel_merged",
-    "cel_recorded",
+    "cel_recorded", "original_pod", "recorded_originals",
 ]
 
 # One encoder for every call: json.dumps with options builds a new one each time.
@@ -64,6 +65,39 @@ def recorded_originals(view: PodView) -> tuple[dict[str, Any], bool]:
         return {}, True
     kept = {name: value for name, value in loaded.items() if _entry(value)}
     return kept, len(kept) != len(loaded)
+
+
+def original_pod(pod: dict[str, Any]) -> dict[str, Any] | None:
+    """The annotation read backwards: ``pod`` with the memory requests and limits recorded
+    in ``swapwise.io/original`` put back, what it looked like before reshaping (``audit``
+    compares the two for HPAs on memory utilisation). None without a record or with junk in
+    it: junk is never traced back."""
+    try:
+        recorded, junk = recorded_originals(PodView.parse(pod))
+    except MalformedPod:
+        return None
+    if junk or not recorded:
+        return None
+    before = copy.deepcopy(pod)
+    spec = before.get("spec")
+    spec = spec if isinstance(spec, dict) else {}
+    for group in ("initContainers", "containers"):
+        for container in spec.get(group) or []:  # the pod parsed: containers are objects
+            original = recorded.get(container["name"])
+            if original is None:
+                continue
+            if not isinstance(container.get("resources"), dict):  # absent or null
+                container["resources"] = {}
+            resources = container["resources"]
+            for key, section in (("request", "requests"), ("limit", "limits")):
+                current = resources.get(section)
+                if key in original:
+                    if not isinstance(current, dict):
+                        current = resources[section] = {}
+                    current["memory"] = original[key]
+                elif isinstance(current, dict):  # a limit added by defaultLimit; a request
+                    current.pop("memory", None)  # that was not written
+    return before
 
 
 def _original(view: PodView, changes: list[ContainerChange]) -> tuple[str | None, bool]:

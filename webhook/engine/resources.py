@@ -53,6 +53,16 @@ def target(limit: int, profile: Profile) -> int:
     return request
 
 
+def effective_max_ratio(profile: Profile) -> Fraction:
+    """The largest memory limit/request a container reshaped by ``profile`` can have:
+    :func:`target` keeps the request at least ``limit * requestRatio`` and at least
+    ``limit / maxLimitRequestRatio``, and :func:`raised_limit` the limit at most the
+    inverse of each (what a LimitRange's ``maxLimitRequestRatio`` must allow)."""
+    ratio = 1 / profile.request_ratio
+    cap = profile.max_limit_request_ratio
+    return min(ratio, cap) if cap is not None else ratio
+
+
 def raised_limit(request: int, profile: Profile) -> int:
     """The largest whole-MiB limit whose cold memory a container with ``request`` can swap.
 

@@ -1,6 +1,6 @@
 """What ``swapwise serve`` can be told, and the one place its defaults are written down.
 
-The command line (cli/serve.py) and the connection protocol take their defaults from here.
+The command line (cli/serve_cmd.py) and the connection protocol take their defaults from here.
 """
 
 from __future__ import annotations

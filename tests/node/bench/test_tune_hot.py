@@ -36,7 +36,7 @@ from tests.node.scenarios import (
     tune,
     tuned,
 )
-from webhook.agent.pressure import MEMORY_DEFAULTS
+from webhook.agent.stall import MEMORY_DEFAULTS
 from webhook.engine.pressure import MEMORY_MARK
 
 pytestmark = [pytest.mark.node, pytest.mark.slow]

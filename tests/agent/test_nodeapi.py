@@ -1,4 +1,4 @@
-"""webhook/agent/kubeapi.py against a real HTTPS server on loopback that the test scripts:
+"""webhook/agent/nodeapi.py against a real HTTPS server on loopback that the test scripts:
 the happy paths, the API server's errors, and upstreams that misbehave (issue 46): one
 deadline for each whole call, bodies counted as they stream, a watch that goes silent.
 
@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tests.agent.support import Handler, Request, Tls, free_port, node, serving
-from webhook.agent.kubeapi import (
+from webhook.agent.nodeapi import (
     FIELD_MANAGER,
     MAX_OBJECT_BYTES,
     ApiConfig,

@@ -1,4 +1,4 @@
-"""webhook/agent/pressure.py: the stall share of a window from PSI counters, and the marks'
+"""webhook/agent/stall.py: the stall share of a window from PSI counters, and the marks'
 hysteresis (quick to mark, slow to clear), on synthetic samples with exact figures."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.agent.pressure import (
+from webhook.agent.stall import (
     CPU_DEFAULTS,
     MEMORY_DEFAULTS,
     Decision,

@@ -18,7 +18,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from webhook.agent.pressure import CPU_DEFAULTS, MEMORY_DEFAULTS
+from webhook.agent.stall import CPU_DEFAULTS, MEMORY_DEFAULTS
 
 
 def _fraction(text: str) -> Fraction:
@@ -111,10 +111,10 @@ def _fail(message: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from webhook.agent.kernel import HostPaths
-    from webhook.agent.kubeapi import ApiConfig, ApiError, NodeApi
     from webhook.agent.kubelet import Kubelet, kubelet_context
-    from webhook.agent.pressure import Thresholds
+    from webhook.agent.nodeapi import ApiConfig, ApiError, NodeApi
     from webhook.agent.run import Agent, AgentOptions
+    from webhook.agent.stall import Thresholds
     from webhook.base.logs import configure
     from webhook.engine.nodes import as_mapping
 
