@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from webhook.agent.pressure import MarkState, Thresholds
+from webhook.agent.stall import MarkState, Thresholds
 
 RECORDINGS = Path(__file__).resolve().parents[1] / "data" / "node"
 
