@@ -1,4 +1,4 @@
-"""Loopback upstreams and a host of kernel files for the node agent's tests.
+"""Loopback upstreams for the node agent's tests.
 
 - :class:`TlsServer`: a real HTTPS server on 127.0.0.1 (``http.server`` behind a certificate
   the test's own CA signed, from ``webhook/certs.py``) whose every request is handed to a
@@ -6,9 +6,7 @@
   (drip, close at once, oversize, garbage) and count what the client asked.
 - :class:`FakeApiServer`: the three calls the agent makes on one Node (GET, watch, merge
   PATCH with a resourceVersion precondition), kept as a real API server keeps them.
-- :class:`Host`: ``/proc/swaps``, ``/proc/pressure/*``, the kubepods cgroup's pressure files
-  and zswap's parameter under a directory, with PSI counters the test sets exactly (the
-  e2e ``FakeHost`` advances them in real time; unit tests step a synthetic clock instead).
+(The host's kernel files: testkit/hostfiles.py.)
 - :func:`merge_patch`: RFC 7386, to apply what the agent sends.
 """
 
@@ -18,12 +16,11 @@ import contextlib
 import copy
 import http.server
 import json
-import os
 import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +29,6 @@ from urllib.parse import parse_qs, urlsplit
 from webhook import certs
 from webhook.agent.nodeapi import ApiConfig
 
-KIB = 1024
 GIB = 1 << 30
 
 
@@ -337,58 +333,6 @@ class FakeApiServer:
                 obj = copy.deepcopy(self.obj)
             h.event("MODIFIED", obj)
         h.end_stream()
-
-
-class Host:
-    """A host's kernel files under ``root``; the test sets each PSI counter exactly."""
-
-    def __init__(self, root: Path, kubepods: str = "kubepods.slice") -> None:
-        self.root = root
-        self.proc = root / "proc"
-        self.sys = root / "sys"
-        self.cgroup = root / "cgroup"
-        self.kubepods = self.cgroup / kubepods
-        for d in (self.proc / "pressure", self.sys / "module" / "zswap" / "parameters",
-                  self.kubepods):
-            d.mkdir(parents=True, exist_ok=True)
-        self.totals = {"memory": 0, "cpu": 0}
-        self.avg10 = {"memory": 0.0, "cpu": 0.0}
-        self.swaps([])
-        self.zswap(False)
-        for resource in self.totals:
-            self.psi(resource, 0)
-
-    @staticmethod
-    def put(path: Path, text: str) -> None:
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
-
-    def swaps(self, devices: Sequence[tuple[str, int]]) -> None:
-        """``(path, bytes)`` per device; ``/dev/`` paths are partitions."""
-        lines = ["Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority"]
-        for index, (path, size) in enumerate(devices):
-            kind = "partition" if path.startswith("/dev/") else "file"
-            lines.append(f"{path}\t{kind}\t{size // KIB}\t0\t{-2 - index}")
-        self.put(self.proc / "swaps", "\n".join(lines) + "\n")
-
-    def zswap(self, on: bool) -> None:
-        self.put(self.sys / "module" / "zswap" / "parameters" / "enabled", "Y\n" if on else "N\n")
-
-    def psi(self, resource: str, total_us: int, avg10: float | None = None) -> None:
-        """The counter at ``total_us``; ``avg10`` (kept until set again) is only shown."""
-        self.totals[resource] = total_us
-        if avg10 is not None:
-            self.avg10[resource] = avg10
-        avg10 = self.avg10[resource]
-        text = (f"some avg10={avg10:.2f} avg60=0.00 avg300=0.00 total={total_us}\n"
-                "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
-        self.put(self.proc / "pressure" / resource, text)
-        self.put(self.kubepods / f"{resource}.pressure", text)
-
-    def stall(self, resource: str, seconds: float) -> None:
-        """The counter rises by ``seconds`` of stall."""
-        self.psi(resource, self.totals[resource] + int(seconds * 1e6))
 
 
 def free_port() -> int:

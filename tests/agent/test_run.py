@@ -30,11 +30,11 @@ from typing import Any
 import pytest
 import yaml
 
+from testkit.hostfiles import HostFiles as Host
 from tests.agent.support import (
     GIB,
     FakeApiServer,
     Handler,
-    Host,
     PatchRule,
     Request,
     Tls,
@@ -295,8 +295,8 @@ def agent_on(api_server: FakeApiServer, host: Host, **options: Any) -> Iterator[
 
 def step(agent: Agent, host: Host, at: int, memory: float = 0.0, cpu: float = 0.0) -> None:
     """One second of the node: ``memory`` and ``cpu`` seconds of stall, then a sample."""
-    host.stall("memory", memory)
-    host.stall("cpu", cpu)
+    host.add_stall("memory", memory)
+    host.add_stall("cpu", cpu)
     agent.step(float(at), set())
 
 
@@ -445,7 +445,7 @@ def test_an_unreadable_psi_file_leaves_its_mark_alone(tls: Tls, host: Host) -> N
     (host.proc / "pressure" / "cpu").unlink()
     with FakeApiServer(tls, start) as api_server, agent_on(api_server, host) as agent:
         for at in range(T0, T0 + 120):
-            host.stall("memory", 0)
+            host.add_stall("memory", 0)
             agent.step(float(at), set())
         assert labels(api_server)[CPU_MARK.key] == "true"
         assert CPU_MARK.key not in annotations(api_server)

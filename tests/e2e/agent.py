@@ -12,7 +12,6 @@ kernel itself does (PSI crossing, the kubelet's swap) is proven on the real node
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
 import urllib.error
@@ -20,74 +19,36 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from testkit.hostfiles import HostFiles
 from tests.e2e.cluster import Component, ControlPlane, free_port, swapwise_executable, wait_for
 
-KIB = 1024
 
-
-class FakeHost:
-    """A host's kernel files under ``root``: ``proc/swaps``, ``proc/pressure/{memory,cpu}``,
-    ``cgroup/kubepods/{memory,cpu}.pressure`` and zswap's parameter; PSI counters advance at
-    the stall percent :meth:`stall` sets, written whole (rename) every 0.2 s."""
+class FakeHost(HostFiles):
+    """The host's kernel files (testkit/hostfiles.py) with the PSI counters advancing at the
+    stall percent :meth:`stall` sets, written every 0.2 s, as a kernel's would."""
 
     def __init__(self, root: Path) -> None:
-        self.root = root
-        self.proc = root / "proc"
-        self.sys = root / "sys"
-        self.cgroup = root / "cgroup"
-        for d in (self.proc / "pressure", self.sys / "module" / "zswap" / "parameters",
-                  self.cgroup / "kubepods"):
-            d.mkdir(parents=True, exist_ok=True)
+        super().__init__(root, kubepods="kubepods")
         self._percent = {"memory": 0.0, "cpu": 0.0}
-        self._total = {"memory": 0.0, "cpu": 0.0}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._last = time.monotonic()
-        self.swaps([])
-        self.zswap(False)
-        self._write_psi()
         self._thread = threading.Thread(target=self._advance, daemon=True)
         self._thread.start()
 
-    @staticmethod
-    def _put(path: Path, text: str) -> None:
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
-
-    def swaps(self, devices: Sequence[tuple[str, int]]) -> None:
-        """``(path, bytes)`` per device; ``/dev/zramN`` paths are zram."""
-        lines = ["Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority"]
-        for index, (path, size) in enumerate(devices):
-            kind = "partition" if path.startswith("/dev/") else "file"
-            lines.append(f"{path}\t{kind}\t{size // KIB}\t0\t{-2 - index}")
-        self._put(self.proc / "swaps", "\n".join(lines) + "\n")
-
-    def zswap(self, on: bool) -> None:
-        self._put(self.sys / "module" / "zswap" / "parameters" / "enabled",
-                  "Y\n" if on else "N\n")
-
     def stall(self, resource: str, percent: float) -> None:
+        """From now on, ``percent`` of each second stalled (avg10 shows it too)."""
         with self._lock:
             self._percent[resource] = percent
-
-    def _write_psi(self) -> None:
-        for resource in ("memory", "cpu"):
-            total = int(self._total[resource])
-            avg = self._percent[resource]
-            text = (f"some avg10={avg:.2f} avg60={avg:.2f} avg300={avg:.2f} total={total}\n"
-                    f"full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
-            self._put(self.proc / "pressure" / resource, text)
-            self._put(self.cgroup / "kubepods" / f"{resource}.pressure", text)
 
     def _advance(self) -> None:
         while not self._stop.wait(0.2):
             now = time.monotonic()
             with self._lock:
                 for resource, percent in self._percent.items():
-                    self._total[resource] += (now - self._last) * 1e6 * percent / 100
+                    self.psi(resource, self.totals[resource] + int(
+                        (now - self._last) * 1e6 * percent / 100), avg10=percent)
                 self._last = now
-                self._write_psi()
 
     def close(self) -> None:
         self._stop.set()

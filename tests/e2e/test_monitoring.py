@@ -46,9 +46,9 @@ import yaml
 from testkit.docs import load
 from testkit.pods import container, guaranteed, pod, review
 from tests.e2e.agent import AgentProcess, FakeHost
-from tests.e2e.cluster import Component, ControlPlane, Swapwise, free_port, wait_for
+from tests.e2e.cluster import ControlPlane, Swapwise, free_port, wait_for
 from tests.monitoring.prom import DASHBOARD, RULES, Prometheus, queries
-from tests.node.kubelet_prometheus import ksm_binary
+from tests.node.kubelet_prometheus import kube_state_metrics
 from webhook.agent.stall import CPU_DEFAULTS, MEMORY_DEFAULTS
 from webhook.engine.nodes import BEHAVIOR_LABEL, KIND_LABEL, SWAP_NODE_LABEL
 from webhook.engine.pod import PROFILE_ANNOTATION
@@ -141,38 +141,14 @@ def reshaped_pod(name: str, node: str) -> dict[str, Any]:
             "spec": {"nodeName": node, "containers": [{"name": "app", "image": "app"}]}}
 
 
-@contextlib.contextmanager
-def kube_state_metrics(cp: ControlPlane, workdir: Path) -> Iterator[int]:
-    """kube-state-metrics over nodes and pods with docs/monitoring.md's allowlists; its port."""
+def ksm_allowlists() -> tuple[str, str]:
+    """docs/monitoring.md's kube-state-metrics allowlists: node labels, pod annotations."""
     text = (Path(__file__).resolve().parents[2] / DOC).read_text()
     labels = re.search(r"--metric-labels-allowlist=(nodes=\[[^\]]*\])", text)
     annotations = re.search(r"--metric-annotations-allowlist=(pods=\[[^\]]*\])", text)
     assert labels and annotations, "docs/monitoring.md names no kube-state-metrics allowlists"
     assert labels[1] == f"nodes=[{SWAP_NODE_LABEL},{KIND_LABEL}]", labels[1]
-    port, telemetry = free_port(), free_port()
-    component = Component("kube-state-metrics", [
-        str(ksm_binary()), f"--kubeconfig={cp.kubeconfig}", "--resources=nodes,pods",
-        f"--metric-labels-allowlist={labels[1]}",
-        f"--metric-annotations-allowlist={annotations[1]}",
-        "--host=127.0.0.1", f"--port={port}",
-        "--telemetry-host=127.0.0.1", f"--telemetry-port={telemetry}",
-    ], workdir / "kube-state-metrics.log")
-    component.start()
-
-    def ready() -> bool:
-        component.check_alive()
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{telemetry}/readyz",
-                                        timeout=2) as r:
-                return bool(r.status == 200)
-        except OSError:
-            return False
-
-    try:
-        wait_for(ready, 120, what="kube-state-metrics /readyz", on_timeout=component.tail)
-        yield port
-    finally:
-        component.stop()
+    return labels[1], annotations[1]
 
 
 def serves_metrics(agent: AgentProcess) -> bool:
@@ -249,7 +225,9 @@ def monitored(
                 (f"{sw.url_base}/mutate/default", b"x" * (3 * 1024 * 1024 + 1), 413),
             ):
                 assert post(url, body, ctx) == status
-        ksm = stack.enter_context(kube_state_metrics(cp, workdir))
+        labels, annotations = ksm_allowlists()
+        ksm = stack.enter_context(kube_state_metrics(cp, workdir, "nodes,pods", annotations,
+                                                     labels))
         agent_job = documented_agent_scrape(cp, workdir)
         scrape = [
             {"job_name": "swapwise", "scheme": "https",

@@ -77,12 +77,16 @@ def ksm_binary() -> Path:
 
 
 @contextmanager
-def kube_state_metrics(cp: ControlPlane, workdir: Path) -> Iterator[int]:
-    """kube-state-metrics over pods, with the profile annotation allow-listed; its port."""
+def kube_state_metrics(cp: ControlPlane, workdir: Path, resources: str = "pods",
+                       annotations: str = f"pods=[{PROFILE_ANNOTATION}]",
+                       labels: str | None = None) -> Iterator[int]:
+    """kube-state-metrics over ``resources``, with the profile annotation allow-listed (and
+    ``labels``, an allowlist of node labels, when given); its port."""
     port, telemetry = free_port(), free_port()
     component = Component("kube-state-metrics", [
-        str(ksm_binary()), f"--kubeconfig={cp.kubeconfig}", "--resources=pods",
-        f"--metric-annotations-allowlist=pods=[{PROFILE_ANNOTATION}]",
+        str(ksm_binary()), f"--kubeconfig={cp.kubeconfig}", f"--resources={resources}",
+        *([f"--metric-labels-allowlist={labels}"] if labels else []),
+        f"--metric-annotations-allowlist={annotations}",
         "--host=127.0.0.1", f"--port={port}",
         "--telemetry-host=127.0.0.1", f"--telemetry-port={telemetry}",
     ], workdir / "kube-state-metrics.log")
