@@ -17,6 +17,7 @@ import datetime as dt
 import json
 import os
 import shutil
+import time
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
@@ -183,6 +184,16 @@ class Agent:
         pod = self.pod()
         return bool(pod) and all(c.get("ready") for c in pod["status"].get(
             "containerStatuses") or [{}])
+
+    def running_for(self) -> float:
+        """Seconds its container has been running (0 when it is not)."""
+        pod = self.pod()
+        statuses = (pod or {}).get("status", {}).get("containerStatuses") or [{}]
+        started = statuses[0].get("state", {}).get("running", {}).get("startedAt")
+        if not started:
+            return 0.0
+        stamp = dt.datetime.fromisoformat(started.replace("Z", "+00:00"))
+        return time.time() - stamp.timestamp()
 
     def last(self, msg: str) -> tuple[float, dict[str, Any]] | None:
         found = self.records(msg)
