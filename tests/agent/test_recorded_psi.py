@@ -102,3 +102,9 @@ def test_the_agent_decides_where_the_kernels_counters_say(path: Path) -> None:
                    float(header["clear window"]))
     assert [change for change, _ in expected(lines, t, "memory_total")][:2] == [
         "marked", "cleared"], header
+
+
+def test_a_recording_of_a_real_run_is_kept() -> None:
+    """The replay above must have something to replay: a parametrised test over no files
+    would pass without checking anything."""
+    assert RECORDED, f"no psi-*.log recording in {RECORDINGS}"

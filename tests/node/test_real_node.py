@@ -286,7 +286,7 @@ def test_density_triples_without_oom_kills(
         results["density.hot_ops_per_s.without"] = without.median_hot_ops()
         results["density.without.oom_kills"] = without.counts()["oom_kills"]
         # The 1x baseline of the wake-up round: the same sandboxes, Guaranteed, in RAM.
-        baseline = wake_round(node, wake_ports(without), pressure_log, alone=4,
+        baseline = wake_round(node, wake_ports(without), pressure_log, alone=2,
                               everyone=False)
 
     # A Prometheus configured as docs/monitoring.md says scrapes the kubelet meanwhile.
@@ -348,8 +348,8 @@ def test_density_triples_without_oom_kills(
         results["tune.calm.recommendation"] = calm_tune["action"]
         results["tune.calm.swap_ratio"] = recommended_swap_ratio(calm_tune)
         results["tune.calm.evidence"] = calm_tune["evidence"]
-        # Wake-up: once every sandbox has cold pages in swap (its cgroup says so), wake four
-        # one at a time and a quarter of them at once (tests/node/wakeup.py; the whole
+        # Wake-up: once every sandbox has cold pages in swap (its cgroup says so), wake two
+        # one at a time and a quarter of the others at once (tests/node/wakeup.py; the whole
         # matrix is make node-bench's).
         placed = with_.placed_pods()
         out = wait_idle_in_swap(node, [p["metadata"]["uid"] for p in placed], 120)
@@ -357,7 +357,7 @@ def test_density_triples_without_oom_kills(
         ports = [port for _, port in sorted(zip(
             (-out.get(p["metadata"]["uid"], 0) for p in placed), wake_ports(with_),
             strict=True))]
-        woken = wake_round(node, ports, pressure_log, alone=4, everyone=False)
+        woken = wake_round(node, ports, pressure_log, alone=2, everyone=False)
         woken["pods_with_pages_in_swap"] = sum(v > 0 for v in out.values())
         woken["swapped_out_bytes"] = sum(out.values())
         woken["baseline_p99_ms"] = baseline["p99_ms"]
@@ -366,7 +366,7 @@ def test_density_triples_without_oom_kills(
             results[f"wakeup.{key}"] = value
     assert worst["running"] == with_.placed, worst
     assert worst["oom_kills"] == 0, worst
-    assert woken["answered"] == woken["asked"] == 4 + max(1, with_.placed // 4), woken
+    assert woken["answered"] == woken["asked"] == 2 + max(1, with_.placed // 4), woken
     assert baseline["answered"] == baseline["asked"], baseline
     assert results["backing.node_permille"] >= need, results
     assert results["pressure.calm.samples"] > 0, results
@@ -435,14 +435,6 @@ def kernel_crossing(samples: list[PressureSample], counter: str, window: float,
     return None
 
 
-def acted_at(agent: Agent, mark: Mark, change: str, after: float) -> float | None:
-    """When (guest epoch) the agent's patch carrying ``change`` of ``mark`` went through."""
-    for at, record in agent.records("node patched"):
-        if at >= after and record.get(mark.resource) == change:
-            return at
-    return None
-
-
 def thresholds(mark: Mark) -> Thresholds:
     """The agent's thresholds for ``mark`` in this suite (tests/node/conftest.py)."""
     marks = AGENT_MARKS[mark.resource]
@@ -460,28 +452,19 @@ class Pressure:
         self.mark, self.counter = mark, counter
         self.thresholds = thresholds(mark)
         self.start = time.monotonic()
-        # Guest and host clocks agree to within seconds; a minute of margin either way.
-        self.start_epoch = time.time() - 60
-        self.load_at: float | None = None
         self.marked_epoch: float | None = None
-
-    def load(self) -> None:
-        """The load is about to start: the kernel's crossing is looked for from here on
-        (before it the node may have crossed on its own, say while the agent rolled out,
-        when no agent was judging yet). The agent must have sampled a whole mark window
-        by then: it may have just been rolled out."""
-        self.node.wait_for(lambda: self.agent.running_for() >= self.thresholds.mark_window + 2,
-                           120, interval=1, what="the agent to have sampled a mark window")
-        self.load_at = time.monotonic()
 
     def marked(self) -> bool:
         return self.mark.key in labels(self.node)
 
     def wait_unmarked(self, timeout: float) -> None:
-        """A scenario starts on an unmarked node (an earlier one may have left pressure)."""
+        """A scenario starts on an unmarked node (an earlier one may have left pressure),
+        judged by an agent that has sampled a whole mark window (it may just have been
+        rolled out, and the rollout itself loads the node's CPU)."""
+        self.node.wait_for(lambda: self.agent.running_for() >= self.thresholds.mark_window + 5,
+                           300, interval=2, what="the agent to have sampled a mark window")
         self.wait_cleared(timeout)
         self.start = time.monotonic()
-        self.start_epoch = time.time() - 60
 
     def wait_marked(self, timeout: float) -> None:
         self.node.wait_for(self.marked, timeout, interval=2,
@@ -493,32 +476,51 @@ class Pressure:
                            what=f"the agent to clear {self.mark.key}",
                            detail=lambda: self.log.describe(self.start))
 
+    def patches(self, change: str) -> list[float]:
+        """When (guest epoch) the agent's patches carrying ``change`` of this mark went
+        through, oldest first."""
+        return [at for at, record in self.agent.records("node patched")
+                if record.get(self.mark.resource) == change]
+
+    def last_patch(self, change: str) -> float:
+        found = self.patches(change)
+        assert found, f"no 'node patched' line with {self.mark.resource}={change}"
+        return found[-1]
+
+    def read_past(self, epoch: float) -> list[PressureSample]:
+        """psi.log's samples of this scenario, once the log has been read past ``epoch``
+        (guest clock): it is read every few seconds, so the newest may not be in yet."""
+        def samples() -> list[PressureSample]:
+            return [s for s in self.log.since(self.start - 2 * self.thresholds.clear_window)
+                    if s.epoch is not None]
+        self.node.wait_for(lambda: any((s.epoch or 0.0) >= epoch for s in samples()), 120,
+                           interval=2, what="psi.log to be read past the agent's patch")
+        return samples()
+
     def latency(self, change: str, results: dict[str, Any], key: str) -> float:
         """Seconds from the kernel's own figures meeting the agent's condition to the
         agent's patch (the kernel side computed from psi.log's counters, independently of
         the agent's code); recorded with the window."""
         t = self.thresholds
-        samples = [s for s in self.log.since(self.start - 2 * t.clear_window)
-                   if s.epoch is not None]
         if change == "marked":
-            assert self.load_at is not None, "load() was not called"
-            # the guest's clock at the load's start: the first sample read after it
-            loaded = next((s.epoch for s in samples if s.at >= self.load_at), None)
-            assert loaded is not None, self.log.describe(self.start)
-            at = acted_at(self.agent, self.mark, change, loaded - 2)
-            crossing = kernel_crossing(samples, self.counter, t.mark_window, True,
-                                       t.mark_above, loaded)
+            # The agent's own clock: from when it had a whole window of its own samples
+            # (it may have been rolled out just before) and the mark was last off.
+            at = self.last_patch("marked")
+            started = self.agent.records("node agent started")[-1][0]
+            cleared = [e for e in self.patches("cleared") if e <= at]
+            since = max([started + t.mark_window, *cleared])
+            crossing = kernel_crossing(self.read_past(at), self.counter, t.mark_window, True,
+                                       t.mark_above, since)
             window = t.mark_window
             self.marked_epoch = at
         else:
             assert self.marked_epoch is not None
-            at = acted_at(self.agent, self.mark, change, self.marked_epoch)
+            at = self.last_patch("cleared")
             # The agent keeps a mark at least a clear window, then clears on the kernel's
             # share over that window.
-            crossing = kernel_crossing(samples, self.counter, t.clear_window, False,
+            crossing = kernel_crossing(self.read_past(at), self.counter, t.clear_window, False,
                                        t.clear_below, self.marked_epoch + t.clear_window)
             window = t.clear_window
-        assert at is not None, f"no 'node patched' line with {self.mark.resource}={change}"
         assert crossing is not None and crossing.epoch is not None, self.log.describe(
             self.start)
         took = round(at - crossing.epoch, 1)
@@ -554,7 +556,6 @@ def test_memory_thrash_is_marked_and_cleared(
     scenario = Pressure(node, agent, pressure_log, MEMORY_MARK, "memory_total")
     try:
         scenario.wait_unmarked(600)
-        scenario.load()
         cp.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": thrashers}))
         scenario.wait_marked(600)
         results["pressure.thrash.marked_after_kernel_s"] = scenario.latency(
@@ -632,7 +633,6 @@ def test_cpu_contention_is_marked_and_keeps_new_reshaped_pods_off(
     scenario = Pressure(node, agent, pressure_log, CPU_MARK, "cpu_total")
     try:
         scenario.wait_unmarked(600)
-        scenario.load()
         # Nine busy threads on two CPUs: some task always waits (~92 % "some" here).
         cp.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": [
             spin_pod(f"spin-{i}", hogs, 3) for i in range(3)]}))
