@@ -227,7 +227,7 @@ class NodeApi:
             raise ApiError(0, f"{method} {path}: {exc or type(exc).__name__}") from exc
         finally:
             connection.close()
-        if response.status != 200:
+        if not 200 <= response.status < 300:  # a create answers 201
             raise ApiError(response.status, status_message(data))
         try:
             return json.loads(data)
