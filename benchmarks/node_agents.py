@@ -20,7 +20,8 @@ on it, each measured over ``--window`` seconds of steady state:
    through the API server's node proxy every 10 s, 8 at a time; every Node's kubelet is a
    stand-in HTTPS server on this machine's address (the proxy refuses loopback).
 
-Reported per phase: requests per second at kube-apiserver (its own
+Before both, the floor: the same control plane and Nodes with no client, over the same
+window. Reported per phase: requests per second at kube-apiserver (its own
 ``apiserver_request_total``, the benchmark's scrapes left out), per 1,000 nodes, and
 kube-apiserver's and etcd's CPU (millicores, from /proc). Issue 42's targets: at most 1
 request/s per 1,000 nodes for the agents, and at least 20x less API-server CPU than the guard.
@@ -187,11 +188,11 @@ def simulate_agents(kubeconfig: Path, names: list[str], scale: float) -> None:
 
 
 @contextmanager
-def child(argv: list[str], log: Path, env: dict[str, str] | None = None
-          ) -> Iterator[subprocess.Popen[bytes]]:
+def child(argv: list[str], log: Path, env: dict[str, str] | None = None,
+          cwd: Path | None = None) -> Iterator[subprocess.Popen[bytes]]:
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True, env=env)
+                                start_new_session=True, env=env, cwd=cwd)
         try:
             yield proc
         finally:
@@ -258,6 +259,10 @@ def main() -> None:
         started = time.monotonic()
         names = create_nodes(cp, args.nodes, address, kubelets.port)
         print(f"{len(names)} nodes created in {time.monotonic() - started:.0f} s", flush=True)
+        # The floor: the same control plane and Nodes with no client at all (its own
+        # controllers and the Nodes' leases are in both phases below).
+        figures["idle"] = measure(cp, pids, args.window)
+        figures["idle"]["requests_per_s_real"] = figures["idle"]["requests_per_s"]
         names_file = cp.workdir / "names.json"
         names_file.write_text(json.dumps(names))
         ramp = 3600 / args.scale
@@ -277,7 +282,9 @@ def main() -> None:
                     "sys.exit(main())", "label-nodes", "--kubeconfig", str(cp.kubeconfig),
                     "--lease-namespace", "default", "--metrics-port", str(free_port()),
                     "--metrics-host", "127.0.0.1", "--pressure-guard"]
-            with child(argv, cp.workdir / "guard.log", env) as guard:
+            # run from the old tree: ``-c`` puts the working directory first on sys.path,
+            # and this checkout's webhook/ would shadow the old one
+            with child(argv, cp.workdir / "guard.log", env, cwd=tree) as guard:
                 time.sleep(60)  # its first pass labels and reads every node
                 reads = kubelets.reads
                 got = measure(cp, {**pids, "guard": guard.pid}, args.window)
@@ -294,6 +301,11 @@ def main() -> None:
         ratio = figures["guard"]["apiserver_millicores"] / max(
             figures["agents"]["apiserver_millicores"], 1e-9)
         print(f"kube-apiserver CPU, guard / agents: {ratio:.1f}x")
+        idle = figures["idle"]["apiserver_millicores"]
+        net = (figures["guard"]["apiserver_millicores"] - idle) / max(
+            figures["agents"]["apiserver_millicores"] - idle, 1e-9)
+        print(f"the same above the idle floor ({idle:.0f} mCPU): {net:.1f}x (the agents' "
+              f"phase ran at {args.scale:g}x their real request rate)")
     print(json.dumps(figures, indent=1))
 
 
