@@ -476,16 +476,15 @@ class Pressure:
                            what=f"the agent to clear {self.mark.key}",
                            detail=lambda: self.log.describe(self.start))
 
-    def patches(self, change: str) -> list[float]:
-        """When (guest epoch) the agent's patches carrying ``change`` of this mark went
-        through, oldest first."""
-        return [at for at, record in self.agent.records("node patched")
-                if record.get(self.mark.resource) == change]
-
-    def last_patch(self, change: str) -> float:
-        found = self.patches(change)
-        assert found, f"no 'node patched' line with {self.mark.resource}={change}"
-        return found[-1]
+    def patches(self) -> dict[str, list[float]]:
+        """When (guest epoch) the agent's patches of this mark went through, by change
+        ("marked", "cleared"), oldest first: one read of its log."""
+        found: dict[str, list[float]] = {"marked": [], "cleared": []}
+        for at, record in self.agent.records("node patched"):
+            change = record.get(self.mark.resource)
+            if change in found:
+                found[change].append(at)
+        return found
 
     def read_past(self, epoch: float) -> list[PressureSample]:
         """psi.log's samples of this scenario, once the log has been read past ``epoch``
@@ -502,12 +501,14 @@ class Pressure:
         agent's patch (the kernel side computed from psi.log's counters, independently of
         the agent's code); recorded with the window."""
         t = self.thresholds
+        patches = self.patches()
+        assert patches[change], f"no 'node patched' line with {self.mark.resource}={change}"
+        at = patches[change][-1]
         if change == "marked":
             # The agent's own clock: from when it had a whole window of its own samples
             # (it may have been rolled out just before) and the mark was last off.
-            at = self.last_patch("marked")
             started = self.agent.records("node agent started")[-1][0]
-            cleared = [e for e in self.patches("cleared") if e <= at]
+            cleared = [e for e in patches["cleared"] if e <= at]
             since = max([started + t.mark_window, *cleared])
             crossing = kernel_crossing(self.read_past(at), self.counter, t.mark_window, True,
                                        t.mark_above, since)
@@ -515,7 +516,6 @@ class Pressure:
             self.marked_epoch = at
         else:
             assert self.marked_epoch is not None
-            at = self.last_patch("cleared")
             # The agent keeps a mark at least a clear window, then clears on the kernel's
             # share over that window.
             crossing = kernel_crossing(self.read_past(at), self.counter, t.clear_window, False,
