@@ -23,7 +23,7 @@ import pytest
 
 from tests.e2e.cluster import SWAP_LABEL, ControlPlane
 from tests.e2e.install import NAMESPACE, RELEASE, Installation
-from tests.node.conftest import AGENT_MARKS, MARKS_WITH_CPU, Agent
+from tests.node.conftest import AGENT_MARKS, MARKS_WITH_CPU, THRASHERS, Agent
 from tests.node.kubelet_prometheus import (
     PER_CONTAINER_PANEL,
     kubelet_prometheus,
@@ -70,9 +70,14 @@ from webhook.engine.pressure import CPU_MARK, MEMORY_MARK, Mark
 
 pytestmark = pytest.mark.node
 
-# How late the agent may act after the kernel's own figures say it should: its samples are
-# a second apart, then one patch through the API server (seconds on this emulated node).
+# How late the agent may act after the kernel's own figures say it should: one patch
+# through the API server (seconds on this emulated node) after its decision. A marked node
+# is read every second, so a clear is decided within a second; an unmarked node is read every
+# 10 s and woken by the kernel's trigger, which estimates the window's stall itself and may
+# let a share just over the threshold pass: a mark may wait for the next read, so it has the
+# mark window on top (what the node-agent issue asks: "within the trigger window + 5 s").
 AGENT_SLACK_S = 5.0
+MARK_BOUND_S = MEMORY_DEFAULTS.mark_window + AGENT_SLACK_S
 WAKE_PORTS = 21000  # the density pods' GET /wake ports on the node: 21000 + i
 
 
@@ -526,18 +531,43 @@ class Pressure:
         took = round(at - crossing.epoch, 1)
         results[f"{key}_after_kernel_s"] = took
         results[f"{key}_window_s"] = window
+        results[f"{key}_evidence"] = self.evidence(change, crossing.epoch, at)
         return took
+
+    def evidence(self, change: str, crossing: float, patched: float) -> dict[str, Any]:
+        """What a late mark or clear is read from: when the agent decided (and on what
+        share, by its trigger or its sample) against when its patch went through, the patch
+        failures between, and the kernel's share from the crossing on."""
+        decided = [(at, r) for at, r in self.agent.records(
+            f"{self.mark.resource} pressure {change}") if crossing - 60 <= at <= patched]
+        failed = [round(at - crossing, 1) for at, _ in self.agent.records("node patch failed")
+                  if crossing <= at <= patched]
+        samples = self.read_past(patched)
+        window = self.thresholds.mark_window if change == "marked" else \
+            self.thresholds.clear_window
+        shares = [f"{(s.epoch or 0.0) - crossing:.0f}s:{share:.0f}"
+                  for i, s in enumerate(samples)
+                  if s.epoch is not None and crossing - 5 <= s.epoch <= patched + 1
+                  and (share := stall_share(samples, i, window, self.counter)) is not None]
+        return {
+            "decided_after_kernel_s": [round(at - crossing, 1) for at, _ in decided],
+            "decided_on": [{"share": r.get("share_percent"), "trigger": r.get("trigger")}
+                           for _, r in decided],
+            "patch_failures_after_kernel_s": failed,
+            "kernel_share_percent": " ".join(shares[:90]),
+        }
 
 
 def test_memory_thrash_is_marked_and_cleared(
     node: RealNode, swapwise: Installation, agent: Agent, pressure_log: PressureLog,
     results: dict[str, Any],
 ) -> None:
-    """One pod thrashes (its hot set above its memory limit, the rest in swap, touched
+    """Pods thrash (each one's hot set above its memory limit, the rest in swap, touched
     without pause): the kernel's memory PSI rises and the agent marks the node within its
-    window + 5 s; a new reshaped pod stays Pending while a pod of a namespace that did not
-    opt in is placed; nothing is evicted. The pod deleted, the mark goes within the clear
-    window + 5 s of the kernel's calm, and the pending pod is placed."""
+    mark window + 5 s of the kernel's share over that window meeting the threshold; a new
+    reshaped pod stays Pending while a pod of a namespace that did not opt in is placed;
+    nothing is evicted. The pods deleted, the mark goes within 5 s of the kernel's share
+    over the clear window falling below its threshold, and the pending pod is placed."""
     cp = node.cp
     thrash, late, plain = "pressure-thrash", "pressure-late", "pressure-plain"
     create_namespace(cp, thrash, None)
@@ -545,9 +575,9 @@ def test_memory_thrash_is_marked_and_cleared(
     create_namespace(cp, plain, None)
     # Burstable with swap: limit 64Mi, request 32Mi, swap share 64 MiB (swap = 2 x RAM), so
     # 96 MiB always has a third in swap and every pass pages it back in; never OOM-killed.
-    # Six of them (conftest.py: AGENT_MARKS says why).
+    # THRASHERS of them (conftest.py: AGENT_MARKS says why).
     thrashers = []
-    for i in range(6):
+    for i in range(THRASHERS):
         pod = sandbox_pod(f"thrash-{i}", thrash, cold_mib=0, hot_mib=96, tick="1ms",
                           cpu_limit=False)
         pod["spec"]["containers"][0]["resources"] = {
@@ -590,8 +620,10 @@ def test_memory_thrash_is_marked_and_cleared(
             delete_namespace(cp, node, namespace)
     results["agent.mark_after_kernel_s"] = results["agent.memory.mark_after_kernel_s"]
     results["agent.clear_after_kernel_s"] = results["agent.memory.clear_after_kernel_s"]
-    assert results["agent.memory.mark_after_kernel_s"] <= AGENT_SLACK_S, results
-    assert results["agent.memory.clear_after_kernel_s"] <= AGENT_SLACK_S, results
+    assert results["agent.memory.mark_after_kernel_s"] <= MARK_BOUND_S, \
+        results["agent.memory.mark_evidence"]
+    assert results["agent.memory.clear_after_kernel_s"] <= AGENT_SLACK_S, \
+        results["agent.memory.clear_evidence"]
     assert results["pressure.thrash.new_pod_pending"], message
     assert results["pressure.thrash.other_pod_scheduled"], placed
     assert results["pressure.thrash.evicted_by_swapwise"] == 0
@@ -666,7 +698,8 @@ def test_cpu_contention_is_marked_and_keeps_new_reshaped_pods_off(
     assert results["cpu.new_pod_pending"], message
     assert results["cpu.other_pod_scheduled"], placed
     assert results["cpu.pending_pod_scheduled"]
-    assert results["agent.cpu.mark_after_kernel_s"] <= AGENT_SLACK_S, results
+    assert results["agent.cpu.mark_after_kernel_s"] <= MARK_BOUND_S, \
+        results["agent.cpu.mark_evidence"]
 
 
 # --------------------------------------------------------------------------- swap changes
