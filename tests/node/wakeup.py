@@ -79,7 +79,8 @@ def wake_round(node: RealNode, ports: list[int], log: PressureLog,
 
     CI's round (test_real_node.py) wakes two alone and a quarter of the others together:
     on the emulated node one sandbox takes up to a minute to page its working set back in,
-    and every wave would take the suite past its budget; ``make node-bench`` runs them all."""
+    and every wave would take the suite past its budget; ``make node-bench`` wakes four
+    alone, a quarter of the others, and then all of them at once."""
     quarter = max(1, len(ports) // 4)
     first = 0 if alone is None or alone + quarter > len(ports) else alone
     waves = {"one_at_a_time": [[p] for p in ports[:alone]],

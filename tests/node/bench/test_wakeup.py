@@ -4,7 +4,9 @@
 Each cell packs as many idle sandboxes as its density lets the scheduler place (1x: not
 opted in, Guaranteed, no swap; 2x: ``swapRatio: 1``; 3x: ``swapRatio: 2``), waits until they
 have allocated and their cold pages have gone to swap (their cgroups' own count), then wakes
-them (tests/node/wakeup.py: one at a time, a quarter at once, all at once). The same cells
+them (tests/node/wakeup.py): ALONE of them one at a time (those with the most in swap: a
+lone wake takes up to a minute on the emulated node, so every pod alone would take a 3x cell
+past 20 minutes), a quarter of the others at once, then all at once. The same cells
 run with the guest's swap on its disk and on a zram device of the same size, at the same
 RAM. Pages are half filled with pseudo-random bytes, so zram compresses them as real memory
 (about 2x), not as zeros. Ratios against 1x within the run are what a user reads from it;
@@ -29,6 +31,7 @@ pytestmark = [pytest.mark.node, pytest.mark.slow]
 # An idle sandbox: 96 MiB allocated once, 4 MiB touched every 10 s (it waits for a prompt).
 IDLE: dict[str, Any] = {"cold_mib": 96, "hot_mib": 4, "tick": "10s", "fill": 0.5}
 DENSITIES = {"1x": None, "2x": "double", "3x": "sandbox"}  # profile (None: not opted in)
+ALONE = 4
 WAKE_PORTS = 23000
 
 
@@ -43,7 +46,9 @@ def cell(node: RealNode, log: PressureLog, density: str, profile: str | None,
         swapped = wait_idle_in_swap(node, [p["metadata"]["uid"] for p in pods], 600) \
             if profile is not None else {}
         ports = [WAKE_PORTS + int(p["metadata"]["name"].rsplit("-", 1)[1]) for p in pods]
-        result = wake_round(node, ports, log)
+        ports = [port for _, port in sorted(zip(
+            (-swapped.get(p["metadata"]["uid"], 0) for p in pods), ports, strict=True))]
+        result = wake_round(node, ports, log, alone=ALONE)
         result["swapped_out_bytes"] = sum(swapped.values())
         result["oom_kills"] = run.counts()["oom_kills"]
     return result
