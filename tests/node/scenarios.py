@@ -39,6 +39,10 @@ PROFILES: dict[str, Any] = {
     "sandbox": {"swapRatio": 2, **BACKED},
     # 2x: the wake-up benchmark's middle density (bench/test_wakeup.py).
     "double": {"swapRatio": 1, **BACKED},
+    # The same two densities with swap backing off: the wake-up benchmark's zram cells (zram
+    # backs nothing by default, so backed profiles would place no pod on a zram-only node).
+    "double-unbacked": {"swapRatio": 1, "placement": {"swapBacking": "off"}},
+    "sandbox-unbacked": {"swapRatio": 2, "placement": {"swapBacking": "off"}},
     # "tuned" starts as "sandbox" does; the hot tune benchmark replaces its ratio by what
     # `swapwise tune` recommends, as a user would, and runs the same pods again.
     "tuned": {"swapRatio": 2, **BACKED},
