@@ -12,10 +12,10 @@ on. Once its first patch is through, its CPU (utime + stime from ``/proc``) and 
 over ``--window`` seconds, with the patches it made meanwhile (a mark that came and went
 under this machine's own load costs its patches: run it on a quiet machine).
 
-The figure is an upper bound of what a node pays where the kernel lets the agent create PSI
-triggers (on the emulated real node it does): there a calm agent reads PSI every 10 s and
-the kernel wakes it; where it may not (this machine's kernel refuses them), it reads PSI
-once a second, which is what is measured here, and the output says which.
+Where the kernel lets the agent create PSI triggers (this VM's did, 2026-12-07, as the
+emulated real node's does), a calm agent reads PSI every 10 s and the kernel wakes it;
+where it may not, it reads PSI once a second and costs more. The output's first column says
+which ran.
 """
 
 from __future__ import annotations
@@ -29,19 +29,13 @@ import time
 from pathlib import Path
 
 from benchmarks.common import machine, report
-from benchmarks.node_agents import cpu_seconds
+from benchmarks.cpu import cpu_seconds
+from benchmarks.memory import rss_kib
 from tests.e2e.cluster import ControlPlane, bin_dir, ensure_binaries, free_port
 
 NODE = "agent-idle-node"
 SWAPS = ("Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n"
          "/dev/vdb                                partition\t4194300\t\t0\t\t-2\n")
-
-
-def rss_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
 
 
 def main() -> int:
@@ -78,10 +72,10 @@ def main() -> int:
             time.sleep(30)  # past its start-up: imports done, the first reads made
             before, at = cpu_seconds(agent.pid), time.monotonic()
             patched_before = log.read_text().count('"node patched"')
-            peak = rss_bytes(agent.pid)
+            peak = rss_kib(agent.pid)
             while time.monotonic() - at < args.window:
                 time.sleep(5)
-                peak = max(peak, rss_bytes(agent.pid))
+                peak = max(peak, rss_kib(agent.pid))
             used = cpu_seconds(agent.pid) - before
             elapsed = time.monotonic() - at
             patches = log.read_text().count('"node patched"') - patched_before
@@ -91,7 +85,7 @@ def main() -> int:
     millicores = used / elapsed * 1000
     report("The node agent, calm, natively", [[
         started.get("psi", "?"), f"{elapsed:.0f}", f"{millicores:.2f}",
-        f"{peak / (1 << 20):.1f}", str(patches)]],
+        f"{peak / 1024:.1f}", str(patches)]],
         ["PSI read", "window s", "CPU mCPU", "peak RSS MiB", "patches in the window"])
     return 0
 

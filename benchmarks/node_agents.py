@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import machine, report
+from benchmarks.cpu import cpu_seconds
 from tests.e2e.cluster import ControlPlane, bin_dir, ensure_binaries, free_port
 from webhook.agent.agent_metrics import AgentMetrics
 from webhook.agent.nodeapi import ApiConfig, NodeApi
@@ -71,12 +72,6 @@ def host_address() -> str | None:
         if "inet" in fields:
             return fields[fields.index("inet") + 1].split("/")[0]
     return None
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process so far (/proc/<pid>/stat), in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def requests_total(cp: ControlPlane) -> float:

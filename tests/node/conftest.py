@@ -171,14 +171,15 @@ class Agent:
                                check=False, timeout=120)
         return proc.stdout
 
-    def records(self, msg: str) -> list[tuple[float, dict[str, Any]]]:
-        """The agent's log lines with message ``msg``: (epoch seconds on the guest's clock,
-        record). The guest's psi.log is stamped with the same clock."""
+    def records(self, *msgs: str) -> list[tuple[float, dict[str, Any]]]:
+        """The agent's log lines with any of the messages ``msgs``, oldest first, from one
+        read of its log: (epoch seconds on the guest's clock, record). The guest's psi.log
+        is stamped with the same clock."""
         found = []
         for line in self.log().splitlines():
             with contextlib.suppress(ValueError, KeyError, TypeError):
                 record = json.loads(line)
-                if record["msg"] == msg:
+                if record["msg"] in msgs:
                     stamp = dt.datetime.fromisoformat(record["ts"].replace("Z", "+00:00"))
                     found.append((stamp.timestamp(), record))
         return found

@@ -402,6 +402,11 @@ class Run:
     def placed_pods(self) -> list[dict[str, Any]]:
         return [p for p in pods(self.cp, self.namespace) if p["spec"].get("nodeName")]
 
+    def wake_port(self, pod: dict[str, Any]) -> int:
+        """The node port ``pod`` (sandbox-NN of this run) answers GET /wake on."""
+        assert self.listen_from is not None, "a run without listen_from serves no /wake"
+        return self.listen_from + int(pod["metadata"]["name"].rsplit("-", 1)[1])
+
     def counts(self) -> dict[str, int]:
         placed = self.placed_pods()
         return {

@@ -61,7 +61,7 @@ from tests.node.scenarios import (
     tuned,
     unschedulable_message,
 )
-from tests.node.wakeup import wait_idle_in_swap, wake_round
+from tests.node.wakeup import most_in_swap_first, wait_idle_in_swap, wake_round
 from webhook.agent.stall import MEMORY_DEFAULTS, Thresholds
 from webhook.base.quantity import parse_bytes
 from webhook.engine.backing import PERMILLE_LABEL, container_need, node_permille
@@ -82,9 +82,8 @@ WAKE_PORTS = 21000  # the density pods' GET /wake ports on the node: 21000 + i
 
 
 def wake_ports(run: Run) -> list[int]:
-    """The /wake ports of a run's placed pods (pod sandbox-NN listens on WAKE_PORTS + NN)."""
-    return [WAKE_PORTS + int(p["metadata"]["name"].rsplit("-", 1)[1])
-            for p in run.placed_pods()]
+    """The /wake ports of a run's placed pods."""
+    return [run.wake_port(p) for p in run.placed_pods()]
 
 
 def labels(node: RealNode) -> dict[str, str]:
@@ -357,11 +356,9 @@ def test_density_triples_without_oom_kills(
         # one at a time and a quarter of the others at once (tests/node/wakeup.py; the whole
         # matrix is make node-bench's).
         placed = with_.placed_pods()
-        out = wait_idle_in_swap(node, [p["metadata"]["uid"] for p in placed], 120)
-        # the sandboxes with the most in swap first: those are the ones that wake slowly
-        ports = [port for _, port in sorted(zip(
-            (-out.get(p["metadata"]["uid"], 0) for p in placed), wake_ports(with_),
-            strict=True))]
+        uids = [p["metadata"]["uid"] for p in placed]
+        out = wait_idle_in_swap(node, uids, 120)
+        ports = most_in_swap_first(uids, [with_.wake_port(p) for p in placed], out)
         woken = wake_round(node, ports, pressure_log, alone=2, everyone=False)
         woken["pods_with_pages_in_swap"] = sum(v > 0 for v in out.values())
         woken["swapped_out_bytes"] = sum(out.values())
@@ -481,13 +478,13 @@ class Pressure:
                            what=f"the agent to clear {self.mark.key}",
                            detail=lambda: self.log.describe(self.start))
 
-    def patches(self) -> dict[str, list[float]]:
+    def patches(self, lines: list[tuple[float, dict[str, Any]]]) -> dict[str, list[float]]:
         """When (guest epoch) the agent's patches of this mark went through, by change
-        ("marked", "cleared"), oldest first: one read of its log."""
+        ("marked", "cleared"), oldest first, from its log ``lines``."""
         found: dict[str, list[float]] = {"marked": [], "cleared": []}
-        for at, record in self.agent.records("node patched"):
+        for at, record in lines:
             change = record.get(self.mark.resource)
-            if change in found:
+            if record["msg"] == "node patched" and change in found:
                 found[change].append(at)
         return found
 
@@ -504,18 +501,23 @@ class Pressure:
     def latency(self, change: str, results: dict[str, Any], key: str) -> float:
         """Seconds from the kernel's own figures meeting the agent's condition to the
         agent's patch (the kernel side computed from psi.log's counters, independently of
-        the agent's code); recorded with the window."""
+        the agent's code); recorded with the window and the evidence (one read of the
+        agent's log, one of psi.log)."""
         t = self.thresholds
-        patches = self.patches()
+        decision = f"{self.mark.resource} pressure {change}"
+        lines = self.agent.records("node patched", "node agent started", "node patch failed",
+                                   decision)
+        patches = self.patches(lines)
         assert patches[change], f"no 'node patched' line with {self.mark.resource}={change}"
         at = patches[change][-1]
+        samples = self.read_past(at)
         if change == "marked":
             # The agent's own clock: from when it had a whole window of its own samples
             # (it may have been rolled out just before) and the mark was last off.
-            started = self.agent.records("node agent started")[-1][0]
+            started = [e for e, r in lines if r["msg"] == "node agent started"][-1]
             cleared = [e for e in patches["cleared"] if e <= at]
             since = max([started + t.mark_window, *cleared])
-            crossing = kernel_crossing(self.read_past(at), self.counter, t.mark_window, True,
+            crossing = kernel_crossing(samples, self.counter, t.mark_window, True,
                                        t.mark_above, since)
             window = t.mark_window
             self.marked_epoch = at
@@ -523,7 +525,7 @@ class Pressure:
             assert self.marked_epoch is not None
             # The agent keeps a mark at least a clear window, then clears on the kernel's
             # share over that window.
-            crossing = kernel_crossing(self.read_past(at), self.counter, t.clear_window, False,
+            crossing = kernel_crossing(samples, self.counter, t.clear_window, False,
                                        t.clear_below, self.marked_epoch + t.clear_window)
             window = t.clear_window
         assert crossing is not None and crossing.epoch is not None, self.log.describe(
@@ -531,20 +533,21 @@ class Pressure:
         took = round(at - crossing.epoch, 1)
         results[f"{key}_after_kernel_s"] = took
         results[f"{key}_window_s"] = window
-        results[f"{key}_evidence"] = self.evidence(change, crossing.epoch, at)
+        results[f"{key}_evidence"] = self.evidence(lines, decision, samples, window,
+                                                   crossing.epoch, at)
         return took
 
-    def evidence(self, change: str, crossing: float, patched: float) -> dict[str, Any]:
-        """What a late mark or clear is read from: when the agent decided (and on what
-        share, by its trigger or its sample) against when its patch went through, the patch
-        failures between, and the kernel's share from the crossing on."""
-        decided = [(at, r) for at, r in self.agent.records(
-            f"{self.mark.resource} pressure {change}") if crossing - 60 <= at <= patched]
-        failed = [round(at - crossing, 1) for at, _ in self.agent.records("node patch failed")
-                  if crossing <= at <= patched]
-        samples = self.read_past(patched)
-        window = self.thresholds.mark_window if change == "marked" else \
-            self.thresholds.clear_window
+    def evidence(self, lines: list[tuple[float, dict[str, Any]]], decision: str,
+                 samples: list[PressureSample], window: float, crossing: float,
+                 patched: float) -> dict[str, Any]:
+        """What a late mark or clear is read from: when the agent decided (its ``decision``
+        lines: on what share, by its trigger or its sample) against when its patch went
+        through, the patch failures between, and the kernel's share over ``window`` from the
+        crossing on."""
+        decided = [(at, r) for at, r in lines
+                   if r["msg"] == decision and crossing - 60 <= at <= patched]
+        failed = [round(at - crossing, 1) for at, r in lines
+                  if r["msg"] == "node patch failed" and crossing <= at <= patched]
         shares = [f"{(s.epoch or 0.0) - crossing:.0f}s:{share:.0f}"
                   for i, s in enumerate(samples)
                   if s.epoch is not None and crossing - 5 <= s.epoch <= patched + 1

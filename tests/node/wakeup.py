@@ -71,6 +71,15 @@ def wait_idle_in_swap(node: RealNode, uids: list[str], timeout: float) -> dict[s
     return seen
 
 
+def most_in_swap_first(uids: list[str], ports: list[int], swapped: dict[str, int]
+                       ) -> list[int]:
+    """The ``ports`` of the pods ``uids`` (in the same order), those with the most bytes in
+    swap first: those are the ones that wake slowly, so a round that wakes only a few
+    alone wakes them."""
+    return [port for _, port in sorted(zip((-swapped.get(uid, 0) for uid in uids), ports,
+                                           strict=True))]
+
+
 def wake_round(node: RealNode, ports: list[int], log: PressureLog,
                alone: int | None = None, everyone: bool = True) -> dict[str, Any]:
     """Wake ``ports`` one at a time (the first ``alone`` of them; all by default), then a

@@ -24,7 +24,7 @@ from tests.e2e.install import Installation
 from tests.node.conftest import Agent
 from tests.node.node import PressureLog, RealNode
 from tests.node.scenarios import LIMIT_BYTES, RESULTS, Run, free_memory
-from tests.node.wakeup import wait_idle_in_swap, wake_round
+from tests.node.wakeup import most_in_swap_first, wait_idle_in_swap, wake_round
 
 pytestmark = [pytest.mark.node, pytest.mark.slow]
 
@@ -46,12 +46,10 @@ def cell(node: RealNode, log: PressureLog, density: str, profile: str | None,
     with Run(node, f"wake-{density}", profile, count, IDLE, listen_from=WAKE_PORTS) as run:
         run.wait_all_working(1800)
         pods = run.placed_pods()
-        swapped = wait_idle_in_swap(node, [p["metadata"]["uid"] for p in pods], 600) \
-            if profile is not None else {}
-        ports = [WAKE_PORTS + int(p["metadata"]["name"].rsplit("-", 1)[1]) for p in pods]
-        ports = [port for _, port in sorted(zip(
-            (-swapped.get(p["metadata"]["uid"], 0) for p in pods), ports, strict=True))]
-        result = wake_round(node, ports, log, alone=ALONE)
+        uids = [p["metadata"]["uid"] for p in pods]
+        swapped = wait_idle_in_swap(node, uids, 600) if profile is not None else {}
+        ports = [run.wake_port(p) for p in pods]
+        result = wake_round(node, most_in_swap_first(uids, ports, swapped), log, alone=ALONE)
         result["swapped_out_bytes"] = sum(swapped.values())
         result["oom_kills"] = run.counts()["oom_kills"]
     return result
