@@ -482,8 +482,9 @@ class PressureLog:
 
     The PSI is the guest kernel's own, the ground truth the agent's marks are checked
     against: ``psi.log``, one line a second from a guest loop of shell
-    builtins that keeps writing while the node thrashes (the status.json loop forks hundreds
-    of times a pass and stalled for minutes there). Its lines carry the guest's uptime; they
+    builtins that keeps writing while the node thrashes (the status.json loop, which scans
+    every container cgroup and writes through 9p, is slower and stalled there when it forked
+    per file). Its lines carry the guest's uptime; they
     are placed on the host's clock by the smallest (host time of a read - uptime of the
     newest line read) seen, which is the offset plus at most the read interval. The mark is
     the node's labels, looked up through the API server every ``mark_interval`` seconds: a

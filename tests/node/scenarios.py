@@ -63,6 +63,13 @@ LIMIT_BYTES = 256 * 1024**2
 COLD_MIB, HOT_MIB = 96, 16
 CPU = "50m"  # small, so CPU never binds before memory on a 2-vCPU node
 HOLD_SECONDS = 120  # "stay Running for at least 2 minutes"
+# The density runs' sandbox has no CPU limit: Burstable, its memory request == limit all the
+# same (what swapwise reshapes, and what the kubelet grants no swap). The kernel charges a
+# pod for the reclaim its own page faults do; on the emulated CPU one pod of 18 under a 50m
+# limit ran 82 CPU-seconds over its quota while the node filled, then sat throttled with its
+# allocation unfinished, paying the debt back at 50m (about 25 minutes). That was the
+# start-up's spread of 77 to 781 s; without the limit it took 75-142 s (2026-12-07).
+DENSITY_SANDBOX: dict[str, Any] = {"cpu_limit": False}
 
 
 def sandbox_pod(name: str, namespace: str, cold_mib: int = COLD_MIB, hot_mib: int = HOT_MIB,

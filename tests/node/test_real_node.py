@@ -32,6 +32,7 @@ from tests.node.kubelet_prometheus import (
 )
 from tests.node.node import PressureLog, PressureSample, RealNode, stall_share
 from tests.node.scenarios import (
+    DENSITY_SANDBOX,
     HOLD_SECONDS,
     LIMIT_BYTES,
     PAGE,
@@ -278,7 +279,8 @@ def test_density_triples_without_oom_kills(
     results["plan.per_node.without"] = density_plan["sandbox"]["before"]["perNode"]
 
     without_from = time.monotonic()
-    with Run(node, "density-without", None, count, listen_from=WAKE_PORTS) as without:
+    with Run(node, "density-without", None, count, DENSITY_SANDBOX,
+             listen_from=WAKE_PORTS) as without:
         results["density.without.placed"] = without.placed
         assert without.placed == expected_without
         try:
@@ -289,13 +291,14 @@ def test_density_triples_without_oom_kills(
             results["density.without.timeline"] = without.timeline()
         results["density.hot_ops_per_s.without"] = without.median_hot_ops()
         results["density.without.oom_kills"] = without.counts()["oom_kills"]
-        # The 1x baseline of the wake-up round: the same sandboxes, Guaranteed, in RAM.
+        # The 1x baseline of the wake-up round: the same sandboxes, not reshaped, in RAM.
         baseline = wake_round(node, wake_ports(without), pressure_log, alone=2,
                               everyone=False)
 
     # A Prometheus configured as docs/monitoring.md says scrapes the kubelet meanwhile.
     start_from = time.monotonic()
-    with (Run(node, "density-with", "sandbox", count, listen_from=WAKE_PORTS) as with_,
+    with (Run(node, "density-with", "sandbox", count, DENSITY_SANDBOX,
+              listen_from=WAKE_PORTS) as with_,
           kubelet_prometheus(node.cp, node.workdir / "prometheus") as prom):
         results["density.with.placed"] = with_.placed
         assert with_.placed == expected_with
