@@ -5,15 +5,16 @@ Each cell packs as many idle sandboxes as its density lets the scheduler place (
 opted in, no swap; 2x: ``swapRatio: 1``; 3x: ``swapRatio: 2``), waits until they
 have allocated and their cold pages have gone to swap (their cgroups' own count), then wakes
 them (tests/node/wakeup.py): ALONE of them one at a time (those with the most in swap: a
-lone wake takes up to a minute on the emulated node, so every pod alone would take a 3x cell
-past 20 minutes), a quarter of the others at once, then all at once. The same cells
-run with the guest's swap on its disk and on a zram device of the same size, at the same
-RAM. Pages are half filled with pseudo-random bytes, so zram compresses them as real memory
-(about 2x), not as zeros. Ratios against 1x within the run are what a user reads from it;
-the absolute times are the emulated guest's. Writes build/node-bench/wakeup.json.
+lone wake took up to a minute under the first matrix's 50m CPU limits, so every pod alone
+would have taken a 3x cell past 20 minutes), a quarter of the others at once, then all at
+once. The same cells run with the guest's swap on its disk and on a zram device of the same
+size, at the same RAM. Pages are half filled with pseudo-random bytes, so zram compresses
+them as real memory (about 2x), not as zeros. Ratios against 1x within the run are what a
+user reads from it; the absolute times are the emulated guest's. Writes
+build/node-bench/wakeup.json.
 
-SWAPWISE_WAKEUP_CELLS picks cells (``disk.1x,disk.3x``; default: all six); a cell's ratios
-need its device's 1x in the same run.
+SWAPWISE_WAKEUP_CELLS picks cells (``disk.1x,disk.3x``; default: all six; a name that is no
+cell fails the run); a cell's ratios need its device's 1x in the same run.
 """
 
 from __future__ import annotations
@@ -67,9 +68,10 @@ def test_wakeup_matrix(node: RealNode, swapwise: Installation, agent: Agent,
                        pressure_log: PressureLog, density_plan: dict[str, Any],
                        results: dict[str, Any]) -> None:
     matrix: dict[str, dict[str, Any]] = {}
+    every = {f"{device}.{density}" for device in ("disk", "zram") for density in DENSITIES}
     chosen = os.environ.get("SWAPWISE_WAKEUP_CELLS", "")
-    cells = {c.strip() for c in chosen.split(",") if c.strip()} or {
-        f"{device}.{density}" for device in ("disk", "zram") for density in DENSITIES}
+    cells = {c.strip() for c in chosen.split(",") if c.strip()} or every
+    assert cells <= every, f"SWAPWISE_WAKEUP_CELLS: no such cell {sorted(cells - every)}"
     for device in ("disk", "zram"):
         if not any(c.startswith(f"{device}.") for c in cells):
             continue
