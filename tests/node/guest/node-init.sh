@@ -66,7 +66,7 @@ echo $$ > /sys/fs/cgroup/system.slice/node-init/cgroup.procs
 # went (microseconds since boot): the pods (kubepods), the kubelet, containerd with its shims,
 # this script (its status loop), then the whole guest busy and idle (/proc/stat, in ticks).
 psi_log() {
-  local up some full agent kubelet containerd slice swapped total cpu cpu_total _
+  local up some full agent kubelet containerd slice swapped total cpu cpu_total _ lines
   local pods_us kubelet_us containerd_us init_us user nice system idle iowait irq softirq
   local cg=/sys/fs/cgroup/system.slice
   mkfifo /run/psi-tick && exec 3<> /run/psi-tick
@@ -74,7 +74,8 @@ psi_log() {
   : > /share/psi.log
   while :; do
     read -r up _ < /proc/uptime
-    { read -r _ some _ _ total; read -r _ full _; } < /proc/pressure/memory
+    mapfile -t lines < /proc/pressure/memory  # two lines: read at once (see status)
+    read -r _ some _ _ total <<< "${lines[0]}"; read -r _ full _ <<< "${lines[1]}"
     read -r _ cpu _ _ cpu_total < /proc/pressure/cpu
     read -r _ agent _ < "$cg/kubelet/memory.pressure" || agent=avg10=-1
     read -r kubelet < "$cg/kubelet/memory.current" || kubelet=-1
@@ -160,32 +161,44 @@ start_kubelet
 # shell builtins only. A pass used to fork a cat or an awk per file: some 300 processes every
 # two seconds with 18 pods, which on the emulated CPU took a share of the node comparable to
 # the pods' own. A cgroup can vanish mid-read (a container just stopped): it is left out.
+# A file of several lines is read whole with mapfile, never line by line: `read` seeks back
+# after each line, and /proc regenerates the file at every seek, so once a counter above grew
+# a digit the next line started mid-word (a vmstat without oom_kill, a number for a key).
 shopt -s globstar nullglob
 status() {
-  local sep="" f d up max swap_max cur swap_cur ooms key value rest kv
+  local sep="" f d up max swap_max cur swap_cur ooms key value rest kv line
+  local -a lines words
   read -r up _ < /proc/uptime
   printf '{"uptime_s": %s, "kubelet_generation": %s,\n "meminfo": {' "$up" "$generation"
-  while read -r key value _; do  # "MemTotal:  2012108 kB" -> "MemTotal": 2012108
-    printf '%s"%s": %s' "$sep" "${key%:}" "$value"; sep=", "
-  done < /proc/meminfo
+  mapfile -t lines < /proc/meminfo
+  for line in "${lines[@]}"; do  # "MemTotal:  2012108 kB" -> "MemTotal": 2012108
+    words=($line)
+    printf '%s"%s": %s' "$sep" "${words[0]%:}" "${words[1]}"; sep=", "
+  done
   printf '},\n "vmstat": {'; sep=""
-  while read -r key value; do
-    case $key in oom_kill|pswpin|pswpout) printf '%s"%s": %s' "$sep" "$key" "$value"; sep=", " ;; esac
-  done < /proc/vmstat
+  mapfile -t lines < /proc/vmstat
+  for line in "${lines[@]}"; do
+    key=${line%% *}
+    case $key in oom_kill|pswpin|pswpout) printf '%s"%s": %s' "$sep" "$key" "${line##* }"; sep=", " ;; esac
+  done
   printf '},\n "memory_pressure": {'; sep=""
-  while read -r key rest; do  # "some avg10=1.23 avg60=... total=N" -> "some": {"avg10": 1.23, ...}
+  mapfile -t lines < /proc/pressure/memory
+  for line in "${lines[@]}"; do  # "some avg10=1.23 avg60=... total=N" -> "some": {"avg10": 1.23, ...}
+    key=${line%% *} rest=${line#* }
     printf '%s"%s": {' "$sep" "$key"; sep=""
     for kv in $rest; do printf '%s"%s": %s' "$sep" "${kv%%=*}" "${kv#*=}"; sep=", "; done
     printf '}'; sep=", "
-  done < /proc/pressure/memory
+  done
   printf '},\n "cgroups": {'; sep=""
   for f in /sys/fs/cgroup/kubepods*/**/memory.swap.max; do
     d=${f%/memory.swap.max}
     { read -r max < "$d/memory.max" && read -r swap_max < "$f" && read -r cur < "$d/memory.current" &&
-        read -r swap_cur < "$d/memory.swap.current"; } 2>/dev/null || continue
+        read -r swap_cur < "$d/memory.swap.current" && mapfile -t lines < "$d/memory.events"
+    } 2>/dev/null || continue
     ooms=0
-    { while read -r key value; do if [[ $key == oom_kill ]]; then ooms=$value; fi
-      done < "$d/memory.events"; } 2>/dev/null || continue
+    for line in "${lines[@]}"; do
+      if [[ ${line%% *} == oom_kill ]]; then ooms=${line##* }; fi
+    done
     printf '%s\n  "%s": {"memory.max": "%s", "memory.swap.max": "%s", "memory.current": "%s", "memory.swap.current": "%s", "oom_kill": %s}' \
       "$sep" "${d#/sys/fs/cgroup/}" "$max" "$swap_max" "$cur" "$swap_cur" "$ooms"
     sep=","
