@@ -552,6 +552,12 @@ class PressureLog:
         seen = [m for at, m in list(self.marks) if at >= start and (end is None or at <= end)]
         return any(seen) if seen else None
 
+    def marked_again(self, start: float, end: float | None = None) -> bool:
+        """Whether a look in the stretch saw the mark set after a look that saw it clear: a
+        new mark, not one held over from before ``start`` until the agent's window cleared it."""
+        seen = [m for at, m in list(self.marks) if at >= start and (end is None or at <= end)]
+        return any(later and not earlier for earlier, later in itertools.pairwise(seen))
+
     def first(self, start: float, predicate: Any) -> PressureSample | None:
         return next((s for s in self.since(start) if predicate(s)), None)
 

@@ -111,11 +111,17 @@ def test_tune_lowers_the_ratio_where_hot_memory_exceeds_the_requests(
         calm_from = time.monotonic()
         worst = applied.observe(HOLD_SECONDS)
         results["tune.hot.applied_max_some_avg10"] = pressure_log.max_some(calm_from)
+        # The start-up is a burst the agent may mark the node for (as in CI's density run);
+        # the mark may still be held when every pod works, until the agent's window clears
+        # it. Calm means no new mark once clear, and none at the end.
         results["tune.hot.applied_marked"] = pressure_log.marked_between(calm_from)
+        results["tune.hot.applied_marked_again"] = pressure_log.marked_again(calm_from)
+        results["tune.hot.applied_marked_at_end"] = pressure_marked(node)
         results["tune.hot.applied_oom_kills"] = worst["oom_kills"]
     assert results["tune.hot.applied_max_some_avg10"] < MEMORY_DEFAULTS.mark_above, \
         pressure_log.describe(calm_from)
-    assert results["tune.hot.applied_marked"] is False, pressure_log.describe(calm_from)
+    assert results["tune.hot.applied_marked_again"] is False, pressure_log.describe(calm_from)
+    assert results["tune.hot.applied_marked_at_end"] is False, pressure_log.describe(calm_from)
     assert worst["oom_kills"] == 0 and worst["running"] == applied.placed, worst
 
 
