@@ -547,15 +547,20 @@ class PressureLog:
     def max_some(self, start: float, end: float | None = None) -> float:
         return max((s.some for s in self.since(start, end)), default=0.0)
 
+    def looks(self, start: float, end: float | None = None) -> list[tuple[float, bool]]:
+        """The looks at the node in the stretch: when, and whether it carried the mark."""
+        return [(at, m) for at, m in list(self.marks)
+                if at >= start and (end is None or at <= end)]
+
     def marked_between(self, start: float, end: float | None = None) -> bool | None:
         """Whether any look at the node in the stretch saw the mark (None: no look)."""
-        seen = [m for at, m in list(self.marks) if at >= start and (end is None or at <= end)]
+        seen = [m for _, m in self.looks(start, end)]
         return any(seen) if seen else None
 
     def marked_again(self, start: float, end: float | None = None) -> bool:
         """Whether a look in the stretch saw the mark set after a look that saw it clear: a
         new mark, not one held over from before ``start`` until the agent's window cleared it."""
-        seen = [m for at, m in list(self.marks) if at >= start and (end is None or at <= end)]
+        seen = [m for _, m in self.looks(start, end)]
         return any(later and not earlier for earlier, later in itertools.pairwise(seen))
 
     def first(self, start: float, predicate: Any) -> PressureSample | None:
@@ -593,8 +598,7 @@ class PressureLog:
             if s.at - last >= every:
                 shown.append(f"{s.at - start:.0f}s:{s.some:g}")
                 last = s.at
-        marks = [f"{at - start:.0f}s:{int(m)}" for at, m in list(self.marks)
-                 if at >= start and (end is None or at <= end)]
+        marks = [f"{at - start:.0f}s:{int(m)}" for at, m in self.looks(start, end)]
         return f"guest some avg10 {' '.join(shown) or 'no samples'}; marks {' '.join(marks)}"
 
 

@@ -166,7 +166,7 @@ start_kubelet
 # a digit the next line started mid-word (a vmstat without oom_kill, a number for a key).
 shopt -s globstar nullglob
 status() {
-  local sep="" f d up max swap_max cur swap_cur ooms key value rest kv line
+  local sep="" f d up max swap_max cur swap_cur ooms key rest kv line
   local -a lines words
   read -r up _ < /proc/uptime
   printf '{"uptime_s": %s, "kubelet_generation": %s,\n "meminfo": {' "$up" "$generation"
